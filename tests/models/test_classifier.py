@@ -1,0 +1,132 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kbert
+from kbert.optimization import WarmupLinearDecay
+from tests.test_case import TINY_VOCABULARY, run_task_test, tiny_encoder_kwargs
+
+TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"]
+LABELS = [1, 0, 1, 0]
+
+
+def tiny_classifier(num_classes=2, sequence_length=12, **kwargs):
+    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+    return kbert.Classifier(encoder, num_classes=num_classes, preprocessor=preprocessor, **kwargs)
+
+
+def test_fit_predict_save_on_single_texts(tmp_path):
+    model = tiny_classifier(class_names=["negative", "positive"])
+    restored, predictions = run_task_test(model, TEXTS, LABELS, tmp_path)
+    assert predictions.shape == (4, 2)
+    assert restored.class_names == ["negative", "positive"]
+    assert restored.preprocessor.sequence_length == 12
+    # The optimizer comes back with its state and schedule, ready to train on.
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 2
+    assert isinstance(restored.optimizer._learning_rate, WarmupLinearDecay)
+    for saved, loaded in zip(model.optimizer.variables, restored.optimizer.variables):
+        np.testing.assert_allclose(saved.numpy(), loaded.numpy())
+    restored.fit(TEXTS, LABELS, batch_size=2, epochs=1, verbose=0)
+
+
+def test_fit_predict_save_on_text_pairs(tmp_path):
+    model = tiny_classifier(num_classes=3)
+    pairs = (["the cat sat", "a dog", "a film", "free prize"], ["on the mat", "sat", "good", "now"])
+    _, predictions = run_task_test(model, pairs, [0, 1, 2, 1], tmp_path)
+    assert predictions.shape == (4, 3)
+    # Segment B matters: swapping the second texts changes the prediction.
+    swapped = (pairs[0], pairs[1][::-1])
+    assert not np.allclose(model.predict(swapped, verbose=0), predictions)
+
+
+def test_learns_a_separable_task():
+    model = tiny_classifier(sequence_length=8)
+    model.compile(learning_rate=3e-3)
+    texts = ["good film", "bad film", "a good cat", "a bad cat"] * 8
+    labels = [1, 0, 1, 0] * 8
+    model.fit(texts, labels, batch_size=8, epochs=15, verbose=0)
+    assert model.predict_classes(["good film", "bad film", "a good dog", "a bad dog"], verbose=0).tolist() == [1, 0, 1, 0]
+    assert model.evaluate(texts, labels, verbose=0, return_dict=True)["accuracy"] == 1.0
+
+
+def test_accepts_tf_data_batched_or_not():
+    model = tiny_classifier()
+    unbatched = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS))
+    model.fit(unbatched, epochs=1, verbose=0)
+    model.fit(unbatched.batch(2), epochs=1, verbose=0)
+    logits = model.predict(tf.data.Dataset.from_tensor_slices(TEXTS), verbose=0)
+    np.testing.assert_allclose(logits, model.predict(TEXTS, verbose=0), atol=1e-5)
+
+
+def test_probabilities_and_classes_agree_with_logits():
+    model = tiny_classifier(num_classes=3)
+    logits = model.predict(TEXTS, verbose=0)
+    probabilities = model.predict_proba(TEXTS, verbose=0)
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-6)
+    assert model.predict_classes(TEXTS, verbose=0).tolist() == logits.argmax(-1).tolist()
+
+
+def test_each_fit_gets_its_own_warmup_and_decay():
+    model = tiny_classifier()
+    schedule = model.optimizer._learning_rate
+    assert isinstance(schedule, WarmupLinearDecay)
+    model.fit(TEXTS, LABELS, batch_size=2, epochs=3, verbose=0)
+    assert schedule.get_config()["total_steps"] == 6 and schedule.get_config()["start_step"] == 0
+    model.fit(TEXTS, LABELS, batch_size=1, epochs=1, verbose=0)
+    assert schedule.get_config()["total_steps"] == 4 and schedule.get_config()["start_step"] == 6
+
+
+def test_compile_can_be_overridden():
+    import keras
+
+    model = tiny_classifier()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), metrics=["accuracy"])
+    assert isinstance(model.optimizer, keras.optimizers.SGD)
+    model.fit(TEXTS, LABELS, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([0, 1, 2, 0], r"Labels must be in \[0, 2\); label 2 at index 2"),
+        ([0, 1, -1, 0], r"label -1 at index 2"),
+        ([0.5, 1, 0, 0], "integer class ids"),
+        ([0, 1], "Got 4 texts but 2 labels"),
+    ],
+)
+def test_bad_labels_are_refused_before_training(labels, message):
+    model = tiny_classifier()
+    with pytest.raises(ValueError, match=message):
+        model.fit(TEXTS, labels, verbose=0)
+
+
+def test_mismatched_vocabulary_is_refused():
+    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 12)
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(vocabulary_size=100))
+    with pytest.raises(ValueError, match="tokenizer has 27 tokens but the encoder embeds 100"):
+        kbert.Classifier(encoder, num_classes=2, preprocessor=preprocessor)
+
+
+def test_sequence_longer_than_positions_is_refused():
+    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 64)
+    with pytest.raises(ValueError, match="exceeds the encoder's `max_sequence_length` 32"):
+        kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2, preprocessor=preprocessor)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"num_classes": 1}, "at least 2"), ({"class_names": ["a", "b", "c"]}, "3 class names for 2")],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_classifier(**kwargs)
+
+
+def test_bad_input_text_is_handled():
+    model = tiny_classifier()
+    texts = ["", "   ", "日本語 🤗", "x" * 100_000, "free\x00prize\ufffd"]
+    assert model.predict(texts, verbose=0).shape == (5, 2)
+    with pytest.raises(TypeError, match="Text 1 is a int"):
+        model.predict(["ok", 3], verbose=0)
