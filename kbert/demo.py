@@ -45,8 +45,11 @@ def binary_report(labels, predictions):
 
 def run(preset="tiny", epochs=3, sequence_length=64, vocabulary_size=8000, learning_rate=1e-3,
         batch_size=32, verbose=1):
+    import keras
+
     import kbert
 
+    keras.utils.set_random_seed(SPLIT_SEED)  # the same initial weights every run
     start = time.time()
     texts, labels = kbert.data.load_sms_spam()
     (train_texts, train_labels), (test_texts, test_labels) = split_spam(texts, labels)
