@@ -2,9 +2,7 @@
 
 import importlib.resources
 import json
-import os
 import unicodedata
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,12 +11,9 @@ import tensorflow as tf
 import kbert
 from tests.test_case import assert_all_close
 
-DEFAULT_DATA_DIR = "/work/shared/data"
-
-
 def data_file(*parts):
-    """A file of the offline data sets: under `$KBERT_DATA`, else /work/shared/data."""
-    path = Path(os.environ.get("KBERT_DATA") or DEFAULT_DATA_DIR).joinpath(*parts)
+    """A file of the offline data sets: under `$KBERT_DATA`, else ../shared/data."""
+    path = kbert.data.data_dir().joinpath(*parts)
     if not path.is_file():
         raise FileNotFoundError(f"Data file {path} is missing; set KBERT_DATA to the data folder.")
     return path
