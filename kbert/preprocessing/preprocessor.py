@@ -93,6 +93,9 @@ class Preprocessor(PreprocessingLayer):
                 f"`sequence_length` {self.sequence_length} leaves no room for {len(token_ids)} "
                 "texts besides [CLS] and [SEP]."
             )
+        # No text keeps more than the budget, so capping each first changes no
+        # result; it bounds ShrinkLongestTrimmer, which cuts a token per step.
+        token_ids = [ids[:, :budget] for ids in token_ids]
         if self.truncation == "longest_first" and len(token_ids) > 1:
             trimmer = tf_text.ShrinkLongestTrimmer(budget)
         else:

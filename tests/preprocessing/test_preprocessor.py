@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 import kbert
 from tests.preprocessing.conftest import assert_packed, run_pair_preprocessing_equivalence
@@ -101,7 +102,9 @@ def test_shortest_sequence_length_keeps_one_token(tokenizer):
 
 def test_longest_first_cuts_the_longer_text(tokenizer):
     preprocessor = make(tokenizer, 8)  # Room for 5 text tokens.
-    outputs = preprocessor((["the cat sat on the mat", "a dog"], ["a dog", "the cat sat on the mat"]))
+    outputs = preprocessor(
+        (["the cat sat on the mat", "a dog"], ["a dog", "the cat sat on the mat"])
+    )
     assert outputs["token_ids"].numpy().tolist() == [
         ids_of(["[CLS]", "the", "cat", "sat", "[SEP]", "a", "dog", "[SEP]"]),
         ids_of(["[CLS]", "a", "dog", "[SEP]", "the", "cat", "sat", "[SEP]"]),
@@ -224,7 +227,9 @@ def test_config_round_trip(tokenizer):
     assert isinstance(restored.tokenizer, kbert.Tokenizer)
     assert restored.tokenizer.get_vocabulary() == TINY_VOCABULARY
     assert (restored.sequence_length, restored.truncation) == (9, "waterfall")
-    run_config_round_trip(preprocessor, (tf.constant(["the cat sat on"]), tf.constant(["a dog sat"])))
+    run_config_round_trip(
+        preprocessor, (tf.constant(["the cat sat on"]), tf.constant(["a dog sat"]))
+    )
 
 
 def test_keras_serialization_round_trip(tokenizer):
@@ -343,3 +348,31 @@ def test_long_text_fills_the_whole_sequence(any_tokenizer):
     outputs = make(any_tokenizer, 16)(["the cat sat on the mat. " * 5000])  # 120,000 characters.
     assert outputs["padding_mask"].numpy().tolist() == [[1] * 16]
     assert outputs["token_ids"].numpy()[0, -1] == any_tokenizer.sep_token_id
+
+
+def test_capping_texts_at_the_budget_keeps_shrink_longest_results():
+    # The preprocessor cuts each text to the budget before ShrinkLongestTrimmer
+    # (which removes one token per loop step); the kept lengths must not change.
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        length_a, length_b, budget = (int(v) for v in rng.integers(0, 40, 3))
+        budget = max(budget, 1)
+        a, b = tf.ragged.constant([[1] * length_a]), tf.ragged.constant([[2] * length_b])
+        reference = tf_text.ShrinkLongestTrimmer(budget).trim([a, b])
+        capped = tf_text.ShrinkLongestTrimmer(budget).trim([a[:, :budget], b[:, :budget]])
+        assert [r.row_lengths().numpy().tolist() for r in capped] == [
+            r.row_lengths().numpy().tolist() for r in reference
+        ], (length_a, length_b, budget)
+
+
+def test_a_pair_of_100k_character_texts_is_truncated():
+    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=16)
+    outputs = preprocessor((["the cat " * 12_500], ["a dog " * 16_700]))
+    ids = outputs["token_ids"].numpy()[0].tolist()
+    vocabulary = TINY_VOCABULARY
+    assert outputs["padding_mask"].numpy().sum() == 16
+    assert ids[0] == vocabulary.index("[CLS]") and ids[-1] == vocabulary.index("[SEP]")
+    assert ids.count(vocabulary.index("[SEP]")) == 2
+    # Equal lengths after the cut: 13 tokens left, the second text gets the extra one.
+    assert ids[1:7] == [vocabulary.index(t) for t in ["the", "cat"] * 3]
+    assert outputs["segment_ids"].numpy()[0].tolist() == [0] * 8 + [1] * 8

@@ -82,7 +82,9 @@ def test_strip_accents_false_keeps_accented_pieces():
     keep = kbert.Tokenizer(vocabulary, lowercase=True, strip_accents=False)
     assert tokens_of(keep, ["Café NAÏVE cafe"]) == [["café", "naïve", "cafe"]]
     # Cased and accent-stripped is a valid combination as well.
-    stripped_cased = kbert.Tokenizer(SPECIALS + ["Cafe", "cafe"], lowercase=False, strip_accents=True)
+    stripped_cased = kbert.Tokenizer(
+        SPECIALS + ["Cafe", "cafe"], lowercase=False, strip_accents=True
+    )
     assert tokens_of(stripped_cased, ["Café café"]) == [["Cafe", "cafe"]]
 
 
@@ -498,6 +500,12 @@ def test_offsets_invalid_utf8_index_the_replaced_text(bert_tokenizer):
     assert ends.to_list()[0][-1] == len(replaced.encode("utf-8"))
 
 
+@pytest.fixture(scope="module")
+def reference(bert_vocabulary):
+    """The reference BERT tokenizer, Hugging Face `tokenizers`."""
+    return BertWordPieceTokenizer(bert_vocabulary, lowercase=True)
+
+
 def hf_byte_offsets(encoding, text):
     table = char_to_byte_offsets(text)
     return [(table[start], table[end]) for start, end in encoding.offsets]
@@ -521,8 +529,7 @@ def assert_offsets_agree_with_reference(text, ids, spans, encoding):
         assert bert_normalize(extra) == "", (text, extra)
 
 
-def test_offsets_on_squad_contexts_slice_back_and_match_hugging_face(bert_vocabulary, bert_tokenizer):
-    reference = BertWordPieceTokenizer(bert_vocabulary, lowercase=True)
+def test_offsets_on_squad_contexts_slice_back_and_match_hugging_face(bert_tokenizer, reference):
     contexts = squad_contexts(50)
     encodings = reference.encode_batch(contexts, add_special_tokens=False)
     ascii_contexts = 0
@@ -539,10 +546,10 @@ def test_offsets_on_squad_contexts_slice_back_and_match_hugging_face(bert_vocabu
 
 
 @pytest.mark.parametrize("text", OFFSET_EDGE_STRINGS, ids=repr)
-def test_offsets_match_hugging_face_on_edge_strings(bert_vocabulary, bert_tokenizer, text):
-    reference = BertWordPieceTokenizer(bert_vocabulary, lowercase=True)
+def test_offsets_match_hugging_face_on_edge_strings(bert_tokenizer, reference, text):
     ids, spans = check_offsets(bert_tokenizer, text)
-    assert_offsets_agree_with_reference(text, ids, spans, reference.encode(text, add_special_tokens=False))
+    encoding = reference.encode(text, add_special_tokens=False)
+    assert_offsets_agree_with_reference(text, ids, spans, encoding)
 
 
 def test_offsets_of_trailing_accent_and_leading_format_character(bert_tokenizer):
