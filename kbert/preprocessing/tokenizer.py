@@ -306,9 +306,8 @@ class Tokenizer(PreprocessingLayer):
 
     def detokenize(self, token_ids, skip_special_tokens=True):
         """Joins token ids back into text, words separated by spaces."""
-        token_ids = tf.convert_to_tensor(token_ids) if not isinstance(
-            token_ids, tf.RaggedTensor
-        ) else token_ids
+        if not isinstance(token_ids, tf.RaggedTensor):
+            token_ids = tf.convert_to_tensor(token_ids)
         scalar = token_ids.shape.rank == 1
         if scalar:
             token_ids = token_ids[tf.newaxis]

@@ -23,7 +23,7 @@ def _glob_all(patterns):
 
 
 def _text_batches(data, files, batch_size):
-    """Yields `(batch_of_texts, size)`; returns the count of texts if known."""
+    """A dataset of text batches, and the number of texts when it is known."""
     if files is not None:
         patterns = [files] if isinstance(files, str) else list(files)
         matched = _glob_all(patterns)
