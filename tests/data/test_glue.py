@@ -4,8 +4,8 @@ from kbert.data import GLUE_TASKS, DataFormatError, load_glue, paths
 
 
 @pytest.fixture
-def real_data(monkeypatch):
-    monkeypatch.delenv("KBERT_DATA", raising=False)
+def real_data():
+    """The real data sets, where the user keeps them: KBERT_DATA or ../shared/data."""
 
 
 @pytest.fixture

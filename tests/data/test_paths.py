@@ -54,7 +54,6 @@ def files_under(folder):
 def test_default_data_dir_is_shared_data_next_to_repository(monkeypatch):
     monkeypatch.delenv("KBERT_DATA", raising=False)
     assert data_dir() == (REPO_ROOT.parent / "shared" / "data").resolve()
-    assert (data_dir() / "README.md").is_file()
 
 
 def test_kbert_data_overrides_data_dir(empty_data_dir):

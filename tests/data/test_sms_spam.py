@@ -7,8 +7,8 @@ from kbert.data import DataFormatError, load_sms_spam, paths
 
 
 @pytest.fixture
-def real_data(monkeypatch):
-    monkeypatch.delenv("KBERT_DATA", raising=False)
+def real_data():
+    """The real data sets, where the user keeps them: KBERT_DATA or ../shared/data."""
 
 
 @pytest.fixture
