@@ -6,6 +6,9 @@ The pipeline, in the order data takes it:
 - `Preprocessor`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
 - `Encoder`: embeddings, Transformer blocks, pooler (`PRESETS` tiny ... large);
 - task models, built by `classifier(...)`, that `fit` on raw strings;
+- pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
+  raw documents), `Pretrainer`, `callbacks.standard` (TensorBoard,
+  checkpoints, resume), `fill_mask`;
 - `data`: readers for the canonical data sets.
 """
 
@@ -16,9 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 
-from kbert import data  # noqa: E402
+from kbert import callbacks, data  # noqa: E402
+from kbert.data.pretraining import pretraining_dataset, prepare_pretraining_data  # noqa: E402
 from kbert.models.classifier import Classifier  # noqa: E402
 from kbert.models.encoder import Encoder  # noqa: E402
+from kbert.models.fill_mask import FillMask, fill_mask  # noqa: E402
+from kbert.models.pretrainer import Pretrainer  # noqa: E402
 from kbert.optimization import WarmupLinearDecay  # noqa: E402
 from kbert.preprocessing.preprocessor import Preprocessor  # noqa: E402
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer  # noqa: E402
@@ -37,13 +43,19 @@ def load_model(path):
 __all__ = [
     "Classifier",
     "Encoder",
+    "FillMask",
     "PRESETS",
     "Preprocessor",
+    "Pretrainer",
     "SPECIAL_TOKENS",
     "Tokenizer",
     "WarmupLinearDecay",
+    "callbacks",
     "classifier",
     "data",
+    "fill_mask",
     "learn_vocabulary",
     "load_model",
+    "prepare_pretraining_data",
+    "pretraining_dataset",
 ]

@@ -24,6 +24,101 @@ def _vocabulary(args):
     print(f"Wrote {len(vocabulary)} tokens to {args.out}")
 
 
+def _read_or_learn_vocabulary(args, out_dir):
+    """The run's vocabulary: --vocabulary, or the run folder's, or learned from the corpus."""
+    import kbert
+    from kbert.preprocessing.tokenizer import read_vocabulary
+
+    saved = out_dir / "vocab.txt"
+    if args.vocabulary:
+        return read_vocabulary(args.vocabulary)
+    if saved.exists():  # a resumed run keeps its vocabulary
+        return read_vocabulary(str(saved))
+    return kbert.learn_vocabulary(files=args.corpus, vocabulary_size=args.vocabulary_size,
+                                  lowercase=not args.cased)
+
+
+def _write_lines_atomically(path, lines):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def _pretrain(args):
+    from pathlib import Path
+
+    import keras
+
+    import kbert
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocabulary = _read_or_learn_vocabulary(args, out_dir)
+    if not (out_dir / "vocab.txt").exists():
+        _write_lines_atomically(out_dir / "vocab.txt", vocabulary)
+    data = kbert.pretraining_dataset(
+        args.corpus, vocabulary=vocabulary, sequence_length=args.sequence_length,
+        batch_size=args.batch_size, mask_rate=args.mask_rate,
+        next_sentence=not args.no_next_sentence, whole_word_masking=args.whole_word_masking,
+        document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
+    )
+    keras.utils.set_random_seed(args.seed)
+    encoder = kbert.Encoder.from_preset(
+        args.preset, vocabulary_size=len(vocabulary),
+        max_sequence_length=max(512, args.sequence_length),
+    )
+    pretrainer = kbert.Pretrainer(encoder, next_sentence=not args.no_next_sentence)
+    pretrainer.compile(learning_rate=args.learning_rate)
+    if args.steps_per_epoch:
+        data = data.repeat()
+    pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+                   callbacks=kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every),
+                   verbose=2 if args.quiet else 1)
+    model_path = out_dir / "pretrainer.keras"
+    tmp = out_dir / "pretrainer.tmp.keras"
+    pretrainer.save(tmp)
+    os.replace(tmp, model_path)
+    print(f"Saved {model_path} (encoder and heads) and {out_dir / 'vocab.txt'}.\n"
+          f"Try: kbert fill-mask {out_dir} \"the king [MASK] the crown.\"")
+
+
+def _prepare_pretraining(args):
+    from kbert.data.pretraining import prepare_pretraining_data
+    from kbert.preprocessing.tokenizer import read_vocabulary
+
+    metadata = prepare_pretraining_data(
+        args.corpus, args.out, vocabulary=read_vocabulary(args.vocabulary),
+        sequence_length=args.sequence_length, next_sentence=not args.no_next_sentence,
+        document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
+        overwrite=args.overwrite,
+    )
+    print(f"Wrote {metadata['num_examples']:,} segment pairs in {len(metadata['shards'])} shard(s) "
+          f"to {args.out}; read them with kbert.pretraining_dataset({args.out!r}, seed={args.seed}).")
+
+
+def _fill_mask(args):
+    from pathlib import Path
+
+    import kbert
+
+    model_path, vocabulary = Path(args.model), args.vocabulary
+    if model_path.is_dir():
+        vocabulary = vocabulary or str(model_path / "vocab.txt")
+        model_path = model_path / "pretrainer.keras"
+    if vocabulary is None:
+        raise ValueError("Pass --vocabulary (the model file's folder has no vocab.txt).")
+    if not model_path.exists():
+        raise FileNotFoundError(f"No model at {model_path}.")
+    fill = kbert.fill_mask(kbert.load_model(str(model_path)), vocabulary=vocabulary,
+                           top_k=args.top_k)
+    for text in args.texts:
+        print(text)
+        for number, candidates in enumerate(fill(text), start=1):
+            shown = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
+            print(f"  [MASK] {number}: {shown}")
+
+
 def _presets(args):
     from kbert.presets import PRESETS, parameter_count
 
@@ -54,6 +149,50 @@ def build_parser():
     vocabulary.add_argument("--out", default="vocab.txt")
     vocabulary.set_defaults(run=_vocabulary)
 
+    pretrain = commands.add_parser("pretrain", help="pretrain BERT (masked LM + NSP) on raw text files")
+    pretrain.add_argument("--corpus", action="append", required=True,
+                          help="text files, folders or glob patterns (repeatable)")
+    pretrain.add_argument("--out", required=True,
+                          help="run folder: vocab.txt, tensorboard/, checkpoints/, pretrainer.keras; "
+                               "running the same command again resumes")
+    pretrain.add_argument("--preset", default="mini")
+    pretrain.add_argument("--vocabulary", help="vocab.txt to use (default: learn one)")
+    pretrain.add_argument("--vocabulary-size", type=int, default=30522)
+    pretrain.add_argument("--cased", action="store_true")
+    pretrain.add_argument("--sequence-length", type=int, default=128)
+    pretrain.add_argument("--batch-size", type=int, default=32)
+    pretrain.add_argument("--epochs", type=int, default=1)
+    pretrain.add_argument("--steps-per-epoch", type=int, default=None)
+    pretrain.add_argument("--learning-rate", type=float, default=None)
+    pretrain.add_argument("--mask-rate", type=float, default=0.15)
+    pretrain.add_argument("--no-next-sentence", action="store_true", help="masked LM only")
+    pretrain.add_argument("--whole-word-masking", action="store_true")
+    pretrain.add_argument("--document-boundary", choices=("file", "blank_line"), default="file")
+    pretrain.add_argument("--backup-every", type=int, default=500, help="steps between backups")
+    pretrain.add_argument("--seed", type=int, default=0)
+    pretrain.add_argument("--quiet", action="store_true", help="one line per epoch")
+    pretrain.set_defaults(run=_pretrain)
+
+    prepare = commands.add_parser("prepare-pretraining",
+                                  help="write a corpus' segment pairs to sharded TFRecords")
+    prepare.add_argument("--corpus", action="append", required=True)
+    prepare.add_argument("--vocabulary", required=True)
+    prepare.add_argument("--out", required=True)
+    prepare.add_argument("--cased", action="store_true")
+    prepare.add_argument("--sequence-length", type=int, default=128)
+    prepare.add_argument("--no-next-sentence", action="store_true")
+    prepare.add_argument("--document-boundary", choices=("file", "blank_line"), default="file")
+    prepare.add_argument("--seed", type=int, default=0)
+    prepare.add_argument("--overwrite", action="store_true")
+    prepare.set_defaults(run=_prepare_pretraining)
+
+    fill_mask = commands.add_parser("fill-mask", help="top tokens for each [MASK] in a text")
+    fill_mask.add_argument("model", help="a pretraining run folder or a pretrainer .keras file")
+    fill_mask.add_argument("texts", nargs="+")
+    fill_mask.add_argument("--vocabulary")
+    fill_mask.add_argument("--top-k", type=int, default=5)
+    fill_mask.set_defaults(run=_fill_mask)
+
     presets = commands.add_parser("presets", help="list encoder sizes and parameter counts")
     presets.add_argument("--vocabulary-size", type=int, default=30522)
     presets.set_defaults(run=_presets)
@@ -64,7 +203,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
         print(f"kbert {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -1,0 +1,222 @@
+"""Does pretraining help? BERT's core claim, measured at laptop scale.
+
+1. Learns a WordPiece vocabulary on the raw text in the data folder
+   (WikiText-2 valid and test, two Gutenberg books, Tiny Shakespeare), each
+   file's last 5 % of lines held out.
+2. Measures the pretraining input pipeline alone (examples/s).
+3. Pretrains BERT-mini (MLM + NSP) for a fixed wall-clock budget and reports
+   masked-LM and next-sentence accuracy on the held-out text.
+4. Fine-tunes on SST-2 twice with the same budget and hyper-parameters: from
+   the pretrained encoder, and from random initialisation; prints both dev
+   accuracies.
+
+Prints a table and writes JSON (default `benchmarks/results/pretraining.json`).
+
+    .venv/bin/python benchmarks/pretraining.py              # about 30 minutes here
+    .venv/bin/python benchmarks/pretraining.py --quick      # a couple of minutes
+"""
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import kbert  # noqa: E402
+from kbert.data.paths import data_dir  # noqa: E402
+
+CORPUS = [
+    "wikitext-2-raw/wiki.valid.raw",
+    "wikitext-2-raw/wiki.test.raw",
+    "gutenberg/pg11.txt",
+    "gutenberg/pg1342.txt",
+    "tiny_shakespeare/input.txt",
+]
+HELD_OUT_FRACTION = 0.05
+
+
+def split_corpus(folder):
+    """Copies each corpus file's first 95 % of lines to train/, the rest to held_out/.
+
+    The copies live in a temporary folder for the run only.
+    """
+    train, held_out = Path(folder) / "train", Path(folder) / "held_out"
+    train.mkdir()
+    held_out.mkdir()
+    for relative in CORPUS:
+        lines = (data_dir() / relative).read_text(encoding="utf-8").splitlines(keepends=True)
+        cut = int(len(lines) * (1 - HELD_OUT_FRACTION))
+        name = relative.replace("/", "_")
+        (train / name).write_text("".join(lines[:cut]), encoding="utf-8")
+        (held_out / name).write_text("".join(lines[cut:]), encoding="utf-8")
+    return str(train / "*"), str(held_out / "*")
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops `fit` once the wall-clock budget is spent."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_begin(self, logs=None):
+        self.start = time.time()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.time() - self.start > self.seconds:
+            self.model.stop_training = True
+
+
+def pipeline_speed(data, max_batches):
+    start, examples = time.time(), 0
+    for batch, (x, _, _) in enumerate(data):
+        examples += int(x["token_ids"].shape[0])
+        if batch + 1 >= max_batches:
+            break
+    return examples / (time.time() - start)
+
+
+def steps_for(seconds, seconds_per_step):
+    return max(1, int(seconds / seconds_per_step))
+
+
+def measure_step_time(model, data, steps=5):
+    """Seconds per training step, after one warm-up step, on a copy of the weights."""
+    weights = model.get_weights()
+    optimizer_variables = [v.numpy() for v in model.optimizer.variables]
+    batches = list(data.take(steps + 1))
+    model.fit(batches[0][0], batches[0][1], sample_weight=batches[0][2], verbose=0)
+    start = time.time()
+    for x, y, w in batches[1:]:
+        model.train_on_batch(x, y, sample_weight=w)
+    seconds = (time.time() - start) / steps
+    model.set_weights(weights)
+    for variable, value in zip(model.optimizer.variables, optimizer_variables):
+        variable.assign(value)
+    return seconds
+
+
+def fine_tune_sst2(encoder, vocabulary, args, label):
+    train_texts, train_labels = kbert.data.load_glue("sst2", "train")
+    dev_texts, dev_labels = kbert.data.load_glue("sst2", "dev")
+    order = np.random.default_rng(0).permutation(len(train_texts))[: args.sst2_examples]
+    train_texts, train_labels = np.asarray(train_texts, object)[order], np.asarray(train_labels)[order]
+    keras.utils.set_random_seed(1)
+    clf = kbert.classifier(encoder, num_classes=2, vocabulary=vocabulary,
+                           sequence_length=args.sst2_sequence_length)
+    clf.compile(learning_rate=args.fine_tune_learning_rate)
+    start = time.time()
+    clf.fit(train_texts, train_labels, epochs=args.sst2_epochs, batch_size=32, verbose=2)
+    seconds = time.time() - start
+    accuracy = float(np.mean(clf.predict_classes(dev_texts, verbose=0) == np.asarray(dev_labels)))
+    print(f"SST-2 dev accuracy, {label}: {accuracy:.4f} ({seconds:.0f} s)", flush=True)
+    return {"dev_accuracy": accuracy, "seconds": seconds}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny budgets, for a smoke run")
+    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--vocabulary-size", type=int, default=8192)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--pretrain-minutes", type=float, default=20.0)
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="peak pretraining rate (default: the Pretrainer's for the preset)")
+    parser.add_argument("--sst2-examples", type=int, default=8000)
+    parser.add_argument("--sst2-epochs", type=int, default=2)
+    parser.add_argument("--sst2-sequence-length", type=int, default=64)
+    parser.add_argument("--fine-tune-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "pretraining.json"))
+    args = parser.parse_args()
+    if args.quick:
+        args.preset, args.vocabulary_size, args.pretrain_minutes = "tiny", 2000, 0.5
+        args.sst2_examples, args.sst2_epochs, args.sequence_length = 1000, 1, 64
+
+    results = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
+               "cpus": os.cpu_count()}
+    total_start = time.time()
+    with tempfile.TemporaryDirectory() as folder:
+        train_files, held_out_files = split_corpus(folder)
+
+        start = time.time()
+        vocabulary = kbert.learn_vocabulary(files=[train_files], vocabulary_size=args.vocabulary_size,
+                                            verbose=False)
+        results["vocabulary"] = {"size": len(vocabulary), "seconds": time.time() - start}
+        print(f"Vocabulary: {len(vocabulary)} tokens in {time.time() - start:.0f} s", flush=True)
+
+        options = dict(vocabulary=vocabulary, sequence_length=args.sequence_length,
+                       batch_size=args.batch_size, seed=args.seed)
+        train = kbert.pretraining_dataset([train_files], **options)
+        held_out = kbert.pretraining_dataset([held_out_files], shuffle_buffer=0, **options)
+        results["corpus"] = {"train_examples": train.kbert_num_examples,
+                             "held_out_examples": held_out.kbert_num_examples}
+        results["pipeline_examples_per_second"] = pipeline_speed(train, 100)
+        print(f"Pipeline: {results['pipeline_examples_per_second']:.0f} examples/s", flush=True)
+
+        keras.utils.set_random_seed(args.seed)
+        encoder = kbert.Encoder.from_preset(args.preset, vocabulary_size=len(vocabulary))
+        pretrainer = kbert.Pretrainer(encoder)
+        pretrainer.compile(learning_rate=args.learning_rate)
+        # A fixed number of steps, sized from the measured step time, so the
+        # learning rate warms up and decays over the whole budget.
+        seconds_per_step = measure_step_time(pretrainer, train)
+        steps = steps_for(args.pretrain_minutes * 60, seconds_per_step)
+        epochs = max(1, -(-steps // int(train.cardinality())))
+        steps_per_epoch = -(-steps // epochs)
+        print(f"Pretraining {args.preset}: {seconds_per_step:.3f} s/step -> {epochs} epoch(s) of "
+              f"{steps_per_epoch} steps", flush=True)
+        start = time.time()
+        history = pretrainer.fit(train.repeat(), epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                 callbacks=[TimeBudget(args.pretrain_minutes * 60 * 1.1)], verbose=2)
+        pretrain_seconds = time.time() - start
+        held_out_scores = pretrainer.evaluate(held_out, return_dict=True, verbose=0)
+        results["pretraining"] = {
+            "seconds": pretrain_seconds,
+            "steps": int(pretrainer.optimizer.iterations.numpy()),
+            "seconds_per_step": seconds_per_step,
+            "train_last_epoch": {k: float(v[-1]) for k, v in history.history.items()},
+            "held_out": {k: float(v) for k, v in held_out_scores.items()},
+        }
+        print(f"Held-out MLM accuracy {held_out_scores['mlm_accuracy']:.4f}, "
+              f"NSP accuracy {held_out_scores['nsp_accuracy']:.4f}", flush=True)
+        fill = kbert.fill_mask(pretrainer, vocabulary=vocabulary, top_k=3)
+        results["fill_mask_examples"] = {
+            text: [[c["token"] for c in mask] for mask in fill(text)]
+            for text in ["the king [MASK] the crown .", "she opened the [MASK] and went out ."]
+        }
+
+        encoder_copy = kbert.Encoder.from_config(pretrainer.encoder.get_config())
+        encoder_copy.set_weights(pretrainer.encoder.get_weights())
+        results["sst2_pretrained"] = fine_tune_sst2(encoder_copy, vocabulary, args, "pretrained")
+        keras.utils.set_random_seed(args.seed)
+        fresh = kbert.Encoder.from_preset(args.preset, vocabulary_size=len(vocabulary))
+        results["sst2_random_init"] = fine_tune_sst2(fresh, vocabulary, args, "random init")
+    results["total_seconds"] = time.time() - total_start
+
+    print()
+    print(f"| measure ({args.preset}, {args.sequence_length} tokens, batch {args.batch_size}) | value |")
+    print("| --- | --- |")
+    print(f"| pipeline examples/s | {results['pipeline_examples_per_second']:.0f} |")
+    p = results["pretraining"]
+    print(f"| pretraining steps / minutes | {p['steps']} / {p['seconds'] / 60:.1f} |")
+    print(f"| held-out MLM accuracy | {p['held_out']['mlm_accuracy']:.4f} |")
+    print(f"| held-out NSP accuracy | {p['held_out']['nsp_accuracy']:.4f} |")
+    print(f"| SST-2 dev accuracy, pretrained | {results['sst2_pretrained']['dev_accuracy']:.4f} |")
+    print(f"| SST-2 dev accuracy, random init | {results['sst2_random_init']['dev_accuracy']:.4f} |")
+    print(f"| total wall time (min) | {results['total_seconds'] / 60:.1f} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"Wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

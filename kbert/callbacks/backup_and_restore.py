@@ -1,0 +1,187 @@
+"""Keras' BackupAndRestore with atomic backups and the position inside an epoch."""
+
+import json
+import os
+import re
+
+import keras
+
+from kbert.callbacks.atomic_files import remove_temporary_files, write_atomically
+
+# `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the
+# position makes the name of every backup of a run new, so writing one never
+# replaces the file that the current metadata names.
+_WEIGHTS_NAME = re.compile(r"backup-step\d+-epoch\d+-batch\d+\.weights\.h5")
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Backs up the training state during `fit` and restores it in the next one.
+
+    As `keras.callbacks.BackupAndRestore`: when a `fit` is interrupted (killed,
+    preempted, crashed), a new `fit` with this callback on the same
+    `backup_dir` loads the weights and optimizer state of the last backup and
+    starts at its epoch; after a `fit` that ends normally the backup is
+    deleted (unless `delete_checkpoint=False`). Two things differ, for long
+    runs:
+
+    - Backups are atomic. The weights (with the optimizer's variables and
+      step) go to a new file under a temporary name that is renamed when
+      complete, then a small JSON metadata file naming it is replaced the same
+      way, then older weight files are deleted. A kill at any moment leaves
+      either the previous complete backup or the new one, never a mix.
+    - The metadata records where in an epoch the backup was taken, and `peek`
+      reads it without loading anything: `epoch` is the epoch in progress,
+      `batches_done` the batches finished in it, `step` the optimizer's
+      `iterations`. A backup at the end of an epoch records the next epoch
+      and 0 batches done; `first_step` is the optimizer step the run began
+      at, so `step - first_step` is the number of batches trained. A data pipeline that can skip batches (the
+      pretrainer's) calls `peek` before `fit`, skips `batches_done` batches
+      of that epoch's data, and calls `set_batches_skipped` so the positions
+      of later backups count them. Plain Keras `fit` runs that epoch again
+      from its first batch.
+
+    Backups are taken every `save_freq` batches and at the end of every
+    epoch. Batches are counted as Keras numbers them; with the default
+    `steps_per_execution=1` Keras reports every batch, so backups fall
+    exactly every `save_freq` batches and `batches_done` is exact. With
+    `steps_per_execution=n` Keras reports only every `n`-th batch: a backup
+    comes at the first report after `save_freq` batches, `batches_done` is
+    still the batches finished, except that it may overshoot in a short
+    last execution of an epoch (whose end backup then corrects it).
+
+    Keras wants the model built before `fit` (call it on a batch, or give
+    it an `Input`). `backup_dir` must be a local directory used by nothing
+    else. The restore puts back what `save_weights` writes; state kept
+    outside Keras variables (a learning rate schedule's Python attributes,
+    the data pipeline's position) is the caller's to restore.
+
+    Args:
+        backup_dir: the directory of the backup.
+        save_freq: back up every this many batches (and at each epoch end);
+            `"epoch"` for epoch ends only.
+        delete_checkpoint: delete the backup when `fit` ends normally.
+
+    Example:
+    >>> import numpy as np, tempfile
+    >>> backup = BackupAndRestore(tempfile.mkdtemp(), save_freq=2, delete_checkpoint=False)
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", loss="mse")
+    >>> history = model.fit(np.zeros((8, 3)), np.zeros(8), batch_size=2, epochs=1,
+    ...                     verbose=0, callbacks=[backup])
+    >>> {key: backup.peek()[key] for key in ("epoch", "batches_done", "step")}
+    {'epoch': 1, 'batches_done': 0, 'step': 4}
+    """
+
+    def __init__(self, backup_dir, save_freq=500, delete_checkpoint=True):
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int)
+                                     or save_freq < 1):
+            raise ValueError(f"`save_freq` must be a positive integer or 'epoch', got {save_freq!r}.")
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
+        self.backup_dir = os.fspath(backup_dir)
+        self._epoch = 0
+        self._epoch_begun = False
+        self._batches_skipped = 0
+        self._batch_offset = 0
+        self._first_step = 0
+
+    def peek(self):
+        """The position of the backup, or `None` when there is none.
+
+        Returns:
+            A dict with `epoch` (the epoch to run next), `batches_done`
+            (batches of it already done), `step` (the optimizer's iterations),
+            `first_step` (its value when the run began) and `weights_file` (the weights' file name in `backup_dir`).
+        """
+        try:
+            with open(self._training_metadata_path) as file:
+                return json.load(file)
+        except FileNotFoundError:
+            return None
+
+    def set_batches_skipped(self, batches):
+        """Says that the next `fit` skips the first `batches` batches of its first epoch.
+
+        Call it after skipping the `batches_done` batches that `peek` reports,
+        so the backups of that epoch record their position in the whole epoch.
+        It applies to one `fit`.
+        """
+        if int(batches) != batches or batches < 0:
+            raise ValueError(f"`batches` must be a non-negative integer, got {batches!r}.")
+        self._batches_skipped = int(batches)
+
+    def on_train_begin(self, logs=None):
+        self._epoch_begun = False
+        position = self.peek()
+        if position is None:
+            self._first_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            return
+        self._first_step = position["first_step"]
+        if not self.model.built:
+            raise ValueError(
+                f"Build the model before `fit` to restore it from {self.backup_dir} "
+                "(call it on a batch of data, or start it with a `keras.Input`)."
+            )
+        weights = os.path.join(self.backup_dir, position["weights_file"])
+        if not os.path.exists(weights):
+            raise FileNotFoundError(f"The backup's metadata names {weights}, which is missing.")
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built:
+            # The optimizer's variables must exist for `load_weights` to fill them.
+            optimizer.build(self.model.trainable_variables)
+        self.model.load_weights(weights)
+        self.model._initial_epoch = position["epoch"]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        # Only the first epoch of a `fit` can start after skipped batches.
+        self._batch_offset = 0 if self._epoch_begun else self._batches_skipped
+        self._epoch_begun = True
+        self._batches_skipped = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._should_save_on_batch(batch):
+            self._back_up(epoch=self._epoch, batches_done=self._batch_offset + batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Keras' batch counter: the next batch opens a new epoch, and the count
+        # towards `save_freq` restarts with this backup.
+        self._last_batch_seen = 0
+        self._batches_seen_since_last_saving = 0
+        self._back_up(epoch=epoch + 1, batches_done=0)
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        # Keras reads `_initial_epoch` in every later `fit` but never clears it:
+        # a second `fit` of the same model would skip the epochs restored here.
+        self.model._initial_epoch = None
+
+    def _back_up(self, epoch, batches_done):
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        weights_file = f"backup-step{step}-epoch{epoch}-batch{batches_done}.weights.h5"
+        self._write_weights(os.path.join(self.backup_dir, weights_file))
+        self._write_metadata(
+            {
+                "epoch": epoch,
+                "batches_done": batches_done,
+                "step": step,
+                "first_step": self._first_step,
+                "weights_file": weights_file,
+            }
+        )
+        self._remove_stale_files(keep=weights_file)
+
+    def _write_weights(self, path):
+        write_atomically(path, lambda temporary: self.model.save_weights(temporary, overwrite=True))
+
+    def _write_metadata(self, position):
+        def write(temporary):
+            with open(temporary, "w") as file:
+                json.dump(position, file)
+
+        write_atomically(self._training_metadata_path, write)
+
+    def _remove_stale_files(self, keep):
+        remove_temporary_files(self.backup_dir)
+        for name in os.listdir(self.backup_dir):
+            if name != keep and _WEIGHTS_NAME.fullmatch(name):
+                os.remove(os.path.join(self.backup_dir, name))

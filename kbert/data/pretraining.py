@@ -1,0 +1,536 @@
+"""BERT's pretraining data: raw documents to masked-LM and next-sentence examples.
+
+Two ways in, same examples for the same seed:
+
+- `pretraining_dataset(["corpus/*.txt"], ...)` streams text files: documents
+  to sentences, WordPiece, segment pairs, then masking in `tf.data`;
+- `prepare_pretraining_data(...)` (`kbert prepare-pretraining`) writes the
+  segment pairs once to sharded TFRecords, and `pretraining_dataset(folder)`
+  reads them, for corpora too large to tokenize again every epoch.
+
+Masks are drawn anew each epoch (dynamic masking) from stateless seeds made
+of `seed`, the epoch and the batch's number, so a run, its TFRecord twin
+and a run resumed from a backup see exactly the same examples.
+"""
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from kbert.data.documents import CorpusStats, corpus_files, read_documents
+from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
+from kbert.preprocessing.sentence_pair_builder import SentencePairBuilder
+from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
+
+METADATA_FILE = "metadata.json"
+VOCABULARY_FILE = "vocab.txt"
+FORMAT = "kbert-pretraining-pairs/1"
+# Sentences tokenized per TF call: large enough to amortise the call.
+_SENTENCES_PER_CALL = 4096
+# Pairs cross from Python to tf.data in chunks: one crossing per pair costs
+# more than making the pair.
+_PAIRS_PER_CHUNK = 256
+_CHUNK_SPEC = tuple(
+    tf.TensorSpec([None], tf.int32, name=name)
+    for name in ("a_values", "a_lengths", "b_values", "b_lengths", "labels")
+)
+
+
+class EpochCounter:
+    """Numbers the passes over a dataset; each new iterator takes the next one.
+
+    So each epoch of a plain `fit(dataset, epochs=...)` draws new masks.
+    (`Pretrainer.fit` numbers its passes in the graph instead; see
+    `pretraining_dataset`'s `kbert_stream`.)
+    """
+
+    def __init__(self):
+        self.next_epoch = 0
+
+    def __call__(self):
+        epoch = self.next_epoch
+        self.next_epoch += 1
+        yield epoch
+
+
+class _TextPairs:
+    """Segment pairs from text files, produced in Python, streaming."""
+
+    def __init__(self, files, tokenizer, builder, document_boundary):
+        self.files = files
+        self.tokenizer = tokenizer
+        self.builder = builder
+        self.document_boundary = document_boundary
+        self.corpus_stats = CorpusStats()
+
+    def __call__(self):
+        """Yields `(segment_a, segment_b, label)` for each pair."""
+        self.corpus_stats = CorpusStats()
+        documents = read_documents(self.files, self.document_boundary, self.corpus_stats)
+        yield from self.builder(self._tokenized(documents))
+
+    def chunks(self):
+        """Yields the pairs in chunks, as flat arrays (see `_CHUNK_SPEC`)."""
+        chunk = []
+        for pair in self():
+            chunk.append(pair)
+            if len(chunk) == _PAIRS_PER_CHUNK:
+                yield _flatten_chunk(chunk)
+                chunk = []
+        if chunk:
+            yield _flatten_chunk(chunk)
+
+    def _tokenized(self, documents):
+        group, sentences = [], 0
+        for document in documents:
+            group.append(document)
+            sentences += len(document)
+            if sentences >= _SENTENCES_PER_CALL:
+                yield from self._tokenize_group(group)
+                group, sentences = [], 0
+        if group:
+            yield from self._tokenize_group(group)
+
+    def _tokenize_group(self, group):
+        ids = self.tokenizer([s for document in group for s in document])
+        values, splits = ids.flat_values.numpy(), ids.row_splits.numpy()
+        sentence = 0
+        for document in group:
+            yield [values[splits[i] : splits[i + 1]] for i in range(sentence, sentence + len(document))]
+            sentence += len(document)
+
+    def summary(self):
+        stats, pairs = self.corpus_stats, self.builder.stats
+        line = (
+            f"{stats.files:,} file(s), {stats.documents:,} documents, {stats.sentences:,} sentences "
+            f"-> {pairs.examples:,} examples"
+        )
+        if self.builder.next_sentence and pairs.examples:
+            line += f" ({100 * pairs.not_next / pairs.examples:.1f} % NotNext)"
+        skipped = [stats.skipped_summary()] if stats.skipped_summary() else []
+        if pairs.unpaired_segments:
+            skipped.append(
+                f"{pairs.unpaired_segments:,} one-sentence chunk(s) with no other document to pair with"
+            )
+        if pairs.empty_documents:
+            skipped.append(f"{pairs.empty_documents:,} document(s) with no tokens")
+        return line + ("; " + "; ".join(skipped) if skipped else "")
+
+
+def _flatten_chunk(pairs):
+    segments_a, segments_b, labels = zip(*pairs)
+    return (
+        np.concatenate(segments_a),
+        np.array([len(a) for a in segments_a], np.int32),
+        np.concatenate(segments_b),
+        np.array([len(b) for b in segments_b], np.int32),
+        np.array(labels, np.int32),
+    )
+
+
+def _unflatten_chunk(a_values, a_lengths, b_values, b_lengths, labels):
+    return tf.data.Dataset.from_tensor_slices(
+        (
+            tf.RaggedTensor.from_row_lengths(a_values, a_lengths),
+            tf.RaggedTensor.from_row_lengths(b_values, b_lengths),
+            labels,
+        )
+    )
+
+
+def _make_tokenizer(vocabulary, tokenizer, lowercase):
+    if tokenizer is not None:
+        return tokenizer
+    if vocabulary is None:
+        raise ValueError("Pass `vocabulary` (a list of tokens or a vocab.txt path) or `tokenizer`.")
+    # Corpus text is data: a literal "[MASK]" in it is not the mask token.
+    return Tokenizer(vocabulary, lowercase=lowercase, special_tokens_in_strings=False)
+
+
+def _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentence_rate,
+                 short_sequence_rate, document_boundary, document_buffer, seed):
+    builder = SentencePairBuilder(
+        sequence_length,
+        next_sentence=next_sentence,
+        next_sentence_rate=next_sentence_rate,
+        short_sequence_rate=short_sequence_rate,
+        document_buffer=document_buffer,
+        seed=seed,
+    )
+    return _TextPairs(corpus_files(corpus), tokenizer, builder, document_boundary)
+
+
+def _count(source, verbose):
+    """One pass over the pairs: their number, and errors raised here, not in tf.data."""
+    count = sum(1 for _ in source())
+    if verbose:
+        print(f"Pretraining corpus: {source.summary()}", file=sys.stderr, flush=True)
+    if count == 0:
+        raise ValueError(f"The corpus gives no pretraining examples: {source.summary()}.")
+    return count
+
+
+def _is_prepared(corpus):
+    return isinstance(corpus, (str, os.PathLike)) and (Path(corpus) / METADATA_FILE).is_file()
+
+
+def _read_metadata(folder):
+    metadata = json.loads((Path(folder) / METADATA_FILE).read_text())
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"{Path(folder) / METADATA_FILE} is not kbert pretraining data (format {metadata.get('format')!r}).")
+    return metadata
+
+
+def pretraining_dataset(
+    corpus,
+    vocabulary=None,
+    sequence_length=None,
+    batch_size=32,
+    mask_rate=0.15,
+    mask_token_rate=0.8,
+    random_token_rate=0.1,
+    max_predictions=None,
+    next_sentence=True,
+    whole_word_masking=False,
+    next_sentence_rate=0.5,
+    short_sequence_rate=0.1,
+    document_boundary="file",
+    document_buffer=100,
+    shuffle_buffer=10000,
+    seed=None,
+    tokenizer=None,
+    lowercase=True,
+    count_examples=True,
+    verbose=True,
+):
+    """Masked-LM and next-sentence examples from raw text, as a `tf.data.Dataset`.
+
+    Text files are read as documents (by default each file is one), split into sentences and tokenized; `SentencePairBuilder`
+    cuts them into segment pairs (B follows A, or comes from another
+    document, half the time each); each pair is packed as
+    `[CLS] A [SEP] B [SEP]` and `MaskedLMMasker` picks and corrupts
+    `mask_rate` of its tokens (80 % `[MASK]`, 10 % random, 10 % unchanged).
+
+    The dataset yields batches `(x, y, sample_weight)` for
+    `kbert.Pretrainer.fit`: `x` has `token_ids`, `segment_ids`,
+    `padding_mask` (`[batch, sequence_length]`) and `mask_positions`
+    (`[batch, max_predictions]`); `y` has `mlm` (the original tokens at those
+    positions) and `nsp` (0 IsNext, 1 NotNext); `sample_weight` has `mlm`
+    (1.0 on real predictions, 0.0 on padding) and `nsp` (ones). Without
+    `next_sentence` there is no `nsp` and each example is one segment.
+
+    Each pass is one epoch of every pair; pairs are reshuffled and masked
+    anew every epoch. Files are streamed, so memory stays flat however large
+    the corpus. With `count_examples` one pass is made up front to count
+    the examples (so Keras knows the epoch length and the learning-rate
+    schedule its total) and to report what was read and skipped; for a huge
+    corpus, pass `count_examples=False` and give `fit` a `steps_per_epoch`,
+    or prepare TFRecords once with `prepare_pretraining_data`.
+
+    Args:
+        corpus: text files: paths, folders or glob patterns (each must match);
+            or a folder written by `prepare_pretraining_data`.
+        vocabulary: a list of tokens or a `vocab.txt` path (not needed for a
+            prepared folder, which holds its own).
+        sequence_length: packed length, special tokens included (128, or the
+            prepared folder's).
+        batch_size: examples per batch.
+        mask_rate, mask_token_rate, random_token_rate: share of tokens to
+            predict; of those, shares replaced by `[MASK]` and by a random
+            token (the rest stay).
+        max_predictions: masked positions per example; default
+            `ceil(sequence_length * mask_rate)` (20 for 128 tokens).
+        next_sentence: build NSP pairs (`False` for MLM only).
+        whole_word_masking: mask all pieces of a word together.
+        next_sentence_rate, short_sequence_rate: share of random B segments,
+            and of shorter examples (BERT's recipe: 0.5 and 0.1).
+        document_boundary: `"file"` (each file is a document) or
+            `"blank_line"` (BERT's format: blank lines end documents); see
+            `kbert.data.documents.read_documents`.
+        document_buffer: documents held to shuffle and draw random B from.
+        shuffle_buffer: examples shuffled across per epoch (0: no shuffle).
+        seed: fixes pairs, order and masks; random when `None`.
+        tokenizer: a `kbert.Tokenizer`, instead of `vocabulary`.
+        lowercase: for the tokenizer made from `vocabulary`.
+        count_examples: count the examples first (see above).
+        verbose: print what the corpus gave, and what was skipped.
+
+    Example:
+    >>> data = kbert.pretraining_dataset(["corpus/*.txt"], vocabulary=vocab, sequence_length=128)
+    >>> pretrainer.fit(data, epochs=3)
+    """
+    if seed is None:
+        seed = int(np.random.default_rng().integers(2**31))
+    seed = int(seed)
+    if int(batch_size) < 1:
+        raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
+
+    if _is_prepared(corpus):
+        metadata = _read_metadata(corpus)
+        prepared_vocabulary = read_vocabulary(str(Path(corpus) / VOCABULARY_FILE))
+        if vocabulary is not None and read_vocabulary(vocabulary) != prepared_vocabulary:
+            raise ValueError(f"`vocabulary` differs from the one {corpus} was prepared with.")
+        if tokenizer is not None and tokenizer.get_vocabulary() != prepared_vocabulary:
+            raise ValueError(f"The tokenizer's vocabulary differs from the one {corpus} was prepared with.")
+        for name, value in (("sequence_length", sequence_length), ("next_sentence", next_sentence)):
+            if name == "sequence_length" and value is None:
+                continue
+            if value != metadata[name]:
+                raise ValueError(
+                    f"{corpus} was prepared with {name}={metadata[name]!r}; got {name}={value!r}."
+                )
+        sequence_length = metadata["sequence_length"]
+        tokenizer = Tokenizer(prepared_vocabulary, lowercase=metadata["lowercase"],
+                              special_tokens_in_strings=False)
+        shards = [str(Path(corpus) / name) for name in metadata["shards"]]
+        num_examples = metadata["num_examples"] if count_examples else None
+
+        def pairs():
+            return tf.data.TFRecordDataset(shards).map(_parse_pair)
+
+    else:
+        sequence_length = 128 if sequence_length is None else sequence_length
+        tokenizer = _make_tokenizer(vocabulary, tokenizer, lowercase)
+        source = _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentence_rate,
+                              short_sequence_rate, document_boundary, document_buffer, seed)
+        num_examples = _count(source, verbose) if count_examples else None
+
+        def pairs():
+            chunks = tf.data.Dataset.from_generator(source.chunks, output_signature=_CHUNK_SPEC)
+            return chunks.flat_map(_unflatten_chunk)
+
+    sequence_length = int(sequence_length)
+    if max_predictions is None:
+        max_predictions = default_max_predictions(sequence_length, mask_rate)
+    vocabulary_tokens = tokenizer.get_vocabulary()
+    masker = MaskedLMMasker(
+        vocabulary_size=len(vocabulary_tokens),
+        mask_token_id=tokenizer.mask_token_id,
+        special_token_ids=tokenizer.special_token_ids,
+        mask_rate=mask_rate,
+        mask_token_rate=mask_token_rate,
+        random_token_rate=random_token_rate,
+        max_predictions=max_predictions,
+        whole_word=whole_word_masking,
+        continuation_ids=[i for i, token in enumerate(vocabulary_tokens) if token.startswith("##")],
+    )
+    example = _ExampleMaker(tokenizer, masker, sequence_length, next_sentence, seed)
+
+    counter = EpochCounter()
+
+    def epoch_batches(epoch):
+        epoch_pairs = pairs()
+        if shuffle_buffer:
+            epoch_pairs = _shuffle_in_windows(epoch_pairs, int(shuffle_buffer), seed, epoch)
+        packed = epoch_pairs.map(example.pack, num_parallel_calls=tf.data.AUTOTUNE)
+        batches = packed.batch(int(batch_size)).enumerate()
+        return batches.map(
+            lambda index, batch: example.mask(epoch, index, batch),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+
+    dataset = tf.data.Dataset.from_generator(counter, output_signature=tf.TensorSpec([], tf.int64))
+    dataset = dataset.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
+    batches_per_pass = None
+    if num_examples is not None:
+        batches_per_pass = math.ceil(num_examples / int(batch_size))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches_per_pass))
+
+    def stream(start_batch=0):
+        """Endless passes, from batch `start_batch` of the whole sequence on.
+
+        Pass numbers come from the graph, not from Python state, so every
+        iterator of the stream gives the same batches: what a resumed run
+        (`Pretrainer.fit`) needs.
+        """
+        if batches_per_pass is None:
+            raise ValueError("The stream needs the pass length: make the dataset with count_examples=True.")
+        first_pass, skip = divmod(int(start_batch), batches_per_pass)
+        passes = tf.data.Dataset.range(first_pass, 2**62)
+        return passes.flat_map(epoch_batches).skip(skip).prefetch(tf.data.AUTOTUNE)
+
+    dataset.kbert_epoch_counter = counter
+    dataset.kbert_num_examples = num_examples
+    dataset.kbert_stream = stream
+    return dataset
+
+
+def _shuffle_in_windows(pairs, window, seed, epoch):
+    """Shuffles each window of `window` pairs with a stateless seed of (seed, epoch, window).
+
+    `Dataset.shuffle` would take a per-epoch seed only as a Python number
+    (tensor seeds fail once a distribution strategy rewrites the pipeline).
+    """
+
+    def permute(index, pairs_in_window):
+        size = tf.shape(pairs_in_window[2])[0]
+        window_seed = tf.stack([tf.constant(seed + 2**31, tf.int64), epoch * 2**32 + index])
+        order = tf.random.experimental.stateless_shuffle(tf.range(size), seed=window_seed)
+        return tuple(tf.gather(part, order) for part in pairs_in_window)
+
+    return pairs.ragged_batch(window).enumerate().map(permute).unbatch()
+
+
+class _ExampleMaker:
+    """Packs pairs, then masks a batch with a seed made of (seed, epoch, batch)."""
+
+    def __init__(self, tokenizer, masker, sequence_length, next_sentence, seed):
+        self.cls_id = tokenizer.cls_token_id
+        self.sep_id = tokenizer.sep_token_id
+        self.masker = masker
+        self.sequence_length = sequence_length
+        self.next_sentence = next_sentence
+        self.seed = seed
+
+    def pack(self, segment_a, segment_b, label):
+        cls, sep = tf.constant([self.cls_id]), tf.constant([self.sep_id])
+        if self.next_sentence:
+            token_ids = tf.concat([cls, segment_a, sep, segment_b, sep], 0)
+            second = tf.size(segment_b) + 1
+        else:
+            token_ids = tf.concat([cls, segment_a, sep], 0)
+            second = 0
+        first = tf.size(segment_a) + 2
+        segment_ids = tf.concat([tf.zeros([first], tf.int32), tf.ones([second], tf.int32)], 0)
+        padding = [[0, self.sequence_length - tf.size(token_ids)]]
+        shape = [self.sequence_length]
+        return {
+            "token_ids": tf.ensure_shape(tf.pad(token_ids, padding), shape),
+            "segment_ids": tf.ensure_shape(tf.pad(segment_ids, padding), shape),
+            "padding_mask": tf.ensure_shape(tf.pad(tf.ones_like(token_ids), padding), shape),
+            "next_sentence_label": label,
+        }
+
+    def mask(self, epoch, index, batch):
+        seed = tf.stack([tf.constant(self.seed, tf.int64), epoch * 2**32 + index])
+        masked = self.masker(batch["token_ids"], seed)
+        x = {
+            "token_ids": masked["token_ids"],
+            "segment_ids": batch["segment_ids"],
+            "padding_mask": batch["padding_mask"],
+            "mask_positions": masked["mask_positions"],
+        }
+        y = {"mlm": masked["mask_ids"]}
+        weights = {"mlm": masked["mask_weights"]}
+        if self.next_sentence:
+            y["nsp"] = batch["next_sentence_label"]
+            weights["nsp"] = tf.ones_like(batch["next_sentence_label"], tf.float32)
+        return x, y, weights
+
+
+def _parse_pair(record):
+    features = tf.io.parse_single_example(
+        record,
+        {
+            "segment_a": tf.io.RaggedFeature(tf.int64),
+            "segment_b": tf.io.RaggedFeature(tf.int64),
+            "next_sentence_label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
+    return (
+        tf.cast(features["segment_a"], tf.int32),
+        tf.cast(features["segment_b"], tf.int32),
+        tf.cast(features["next_sentence_label"], tf.int32),
+    )
+
+
+def _pair_example(segment_a, segment_b, label):
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "segment_a": ints(segment_a),
+                "segment_b": ints(segment_b),
+                "next_sentence_label": ints([label]),
+            }
+        )
+    ).SerializeToString()
+
+
+def prepare_pretraining_data(
+    corpus,
+    output_dir,
+    vocabulary,
+    sequence_length=128,
+    next_sentence=True,
+    next_sentence_rate=0.5,
+    short_sequence_rate=0.1,
+    document_boundary="file",
+    document_buffer=100,
+    seed=0,
+    lowercase=True,
+    examples_per_shard=100_000,
+    overwrite=False,
+    verbose=True,
+):
+    """Writes the corpus' segment pairs once, as sharded TFRecords.
+
+    `pretraining_dataset(output_dir, seed=seed)` then reads them and gives
+    exactly the examples `pretraining_dataset(corpus, seed=seed)` gives,
+    without tokenizing the text again. Masking stays dynamic: the records
+    hold the unmasked pairs. The folder holds the shards, `vocab.txt` and
+    `metadata.json` (settings, example count, what was skipped). It is
+    written aside and renamed into place when complete, so a reader never
+    sees half of it.
+
+    Returns:
+        The metadata dict.
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not overwrite:
+        raise FileExistsError(f"{output_dir} exists; pass overwrite=True to replace it.")
+    if int(examples_per_shard) < 1:
+        raise ValueError(f"`examples_per_shard` must be at least 1, got {examples_per_shard}.")
+    tokenizer = Tokenizer(vocabulary, lowercase=lowercase, special_tokens_in_strings=False)
+    source = _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentence_rate,
+                          short_sequence_rate, document_boundary, document_buffer, seed)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        shards, writer, count = [], None, 0
+        for segment_a, segment_b, label in source():
+            if count % examples_per_shard == 0:
+                if writer:
+                    writer.close()
+                shards.append(f"pairs-{len(shards):05d}.tfrecord")
+                writer = tf.io.TFRecordWriter(str(staging / shards[-1]))
+            writer.write(_pair_example(segment_a, segment_b, label))
+            count += 1
+        if writer:
+            writer.close()
+        if verbose:
+            print(f"Pretraining corpus: {source.summary()}", file=sys.stderr, flush=True)
+        if count == 0:
+            raise ValueError(f"The corpus gives no pretraining examples: {source.summary()}.")
+        metadata = {
+            "format": FORMAT,
+            "num_examples": count,
+            "shards": shards,
+            "sequence_length": int(sequence_length),
+            "next_sentence": bool(next_sentence),
+            "next_sentence_rate": float(next_sentence_rate),
+            "short_sequence_rate": float(short_sequence_rate),
+            "document_boundary": document_boundary,
+            "seed": int(seed),
+            "lowercase": bool(lowercase),
+            "corpus": source.files,
+            "summary": source.summary(),
+        }
+        (staging / VOCABULARY_FILE).write_text("\n".join(tokenizer.get_vocabulary()) + "\n")
+        (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        os.replace(staging, output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return metadata

@@ -1,0 +1,288 @@
+"""BERT's pretraining model: masked language modelling and next-sentence prediction."""
+
+import math
+
+import keras
+import keras_hub
+import tensorflow as tf
+
+from kbert.callbacks.backup_and_restore import BackupAndRestore
+from kbert.models.encoder import Encoder, bert_initializer
+from kbert.optimization import WarmupLinearDecay, bert_adamw
+
+# NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
+NEXT_SENTENCE_LABELS = ("IsNext", "NotNext")
+
+# Keras' own batch size when `fit` gets arrays and no `batch_size`.
+_KERAS_DEFAULT_BATCH_SIZE = 32
+
+
+def default_pretraining_learning_rate(hidden_dim):
+    """Peak pretraining learning rate: 1e-4 for BERT-base, higher for narrower encoders.
+
+    BERT pretrained base and large at 1e-4 (Devlin et al., 2019). Narrower
+    encoders are stable at, and need, larger rates, so the rate scales with
+    the inverse of the width (768 / `hidden_dim`), capped at 1e-3.
+    """
+    return float(min(1e-4 * 768 / hidden_dim, 1e-3))
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+class Pretrainer(keras.Model):
+    """Pretrains a `kbert.Encoder` as BERT does: masked LM plus next-sentence prediction.
+
+    Inputs are a dict of int32 tensors: the encoder's `token_ids`,
+    `segment_ids` and `padding_mask`, all `(batch, sequence)`, and
+    `mask_positions`, `(batch, predictions)`: the positions of the masked
+    tokens to predict, padded with 0 where a sequence has fewer.
+
+    Outputs are a dict of float32 logits (also under mixed precision):
+
+    - `"mlm"`, `(batch, predictions, vocabulary_size)`: the masked-LM head
+      reads the encoder's last hidden states at `mask_positions` through a
+      dense layer, exact GELU and LayerNorm, then projects onto the
+      vocabulary with the transposed token embedding (tied weights) plus a
+      bias;
+    - `"nsp"`, `(batch, 2)`: a dense layer on the pooled `[CLS]` vector.
+      Class 0 is `"IsNext"` (segment B follows A in the text), class 1 is
+      `"NotNext"` (B is a random segment); see `NEXT_SENTENCE_LABELS`. With
+      `next_sentence=False` there is no NSP head and no `"nsp"` output (the
+      MLM-only objective of RoBERTa); the encoder's pooler then gets no
+      gradient and stays as initialised (Keras warns about it).
+
+    `fit` takes batches of `(x, y, sample_weight)`, where `x` is the inputs
+    dict, `y = {"mlm": original token ids at the masked positions (0 on
+    padding), "nsp": NSP labels}` and `sample_weight = {"mlm": 1.0 for real
+    predictions and 0.0 for padding, "nsp": ones}` (only the `"mlm"` entries
+    without NSP).
+
+    The model is compiled with BERT's recipe: AdamW (weight decay 0.01, none
+    on biases and LayerNorm, gradients clipped to norm 1) with a learning
+    rate that warms up over the first 10 % of each `fit` call's steps, then
+    decays linearly to 0; the loss is the masked-LM cross-entropy averaged
+    over the real masked positions plus the NSP cross-entropy. Logs are
+    `loss`, `mlm_loss`, `nsp_loss`, `mlm_accuracy` (over real masked
+    positions only) and `nsp_accuracy` (without NSP: `loss`, the masked-LM
+    loss, and `mlm_accuracy`). Call `compile` to change any of it.
+
+    Args:
+        encoder: a `kbert.Encoder`.
+        next_sentence: add the next-sentence prediction head and output.
+
+    Example:
+    >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=30)
+    >>> pretrainer = kbert.Pretrainer(encoder)
+    >>> x = {
+    ...     "token_ids": np.array([[2, 5, 4, 7, 3, 8, 4, 3], [2, 9, 4, 3, 6, 3, 0, 0]]),
+    ...     "segment_ids": np.array([[0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 0, 0]]),
+    ...     "padding_mask": np.array([[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 0, 0]]),
+    ...     "mask_positions": np.array([[2, 6], [2, 0]]),
+    ... }
+    >>> y = {"mlm": np.array([[6, 9], [5, 0]]), "nsp": np.array([0, 1])}
+    >>> weights = {"mlm": np.array([[1.0, 1.0], [1.0, 0.0]]), "nsp": np.ones(2)}
+    >>> history = pretrainer.fit(x, y, sample_weight=weights, epochs=2, verbose=0)
+    >>> sorted(history.history)
+    ['loss', 'mlm_accuracy', 'mlm_loss', 'nsp_accuracy', 'nsp_loss']
+    >>> outputs = pretrainer(x)
+    >>> outputs["mlm"].shape, outputs["nsp"].shape
+    (TensorShape([2, 2, 30]), TensorShape([2, 2]))
+    """
+
+    def __init__(self, encoder, next_sentence=True, name=None, **kwargs):
+        if isinstance(encoder, dict):
+            encoder = keras.saving.deserialize_keras_object(encoder)
+        if not isinstance(encoder, Encoder):
+            raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
+        policy = encoder.token_embedding.dtype_policy
+
+        # === Layers ===
+        self.encoder = encoder
+        self.masked_lm_head = keras_hub.layers.MaskedLMHead(
+            vocabulary_size=encoder.vocabulary_size,
+            token_embedding=encoder.token_embedding,  # output projection tied to the input
+            intermediate_activation="gelu",  # exact (erf) GELU, as the encoder
+            layer_norm_epsilon=1e-12,
+            kernel_initializer=bert_initializer(),
+            dtype=policy,
+            name="masked_lm_head",
+        )
+        # Float32 logits whatever the policy, for a stable softmax and loss.
+        self.mlm_logits = keras.layers.Activation("linear", dtype="float32", name="mlm")
+        self.next_sentence_head = None
+        if next_sentence:
+            self.next_sentence_head = keras.layers.Dense(
+                len(NEXT_SENTENCE_LABELS),
+                kernel_initializer=bert_initializer(),
+                dtype=policy,
+                name="next_sentence_head",
+            )
+            self.nsp_logits = keras.layers.Activation("linear", dtype="float32", name="nsp")
+
+        # === Functional model ===
+        inputs = dict(encoder.input)
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        encoded = encoder({key: inputs[key] for key in encoder.input})
+        outputs = {
+            "mlm": self.mlm_logits(
+                self.masked_lm_head(encoded["sequence_output"], mask_positions=inputs["mask_positions"])
+            )
+        }
+        if next_sentence:
+            outputs["nsp"] = self.nsp_logits(self.next_sentence_head(encoded["pooled_output"]))
+        super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+
+        # === Config ===
+        self.next_sentence = bool(next_sentence)
+        self.compile()
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
+        """Compiles with BERT's pretraining defaults; any argument overrides them.
+
+        Args:
+            optimizer: `"auto"` for AdamW with warm-up and linear decay.
+            loss: `"auto"` for the masked-LM cross-entropy, averaged over the
+                masked positions whose sample weight is not 0, plus the NSP
+                cross-entropy.
+            metrics: `"auto"` for the accuracy of each head, weighted by the
+                sample weights (so padded mask positions do not count); it
+                sets `weighted_metrics` unless that is given.
+            learning_rate: the peak learning rate of the `"auto"` optimizer;
+                default 1e-4 for BERT-base, more for narrower encoders (see
+                `default_pretraining_learning_rate`).
+        """
+        if optimizer == "auto":
+            optimizer = bert_adamw(
+                learning_rate or default_pretraining_learning_rate(self.encoder.hidden_dim)
+            )
+        if loss == "auto":
+            loss = {
+                "mlm": keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=True, reduction="mean_with_sample_weight"
+                )
+            }
+            if self.next_sentence:
+                loss["nsp"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if metrics == "auto":
+            metrics = None
+            if kwargs.get("weighted_metrics") is None:
+                # Keras prefixes metric names with the output's only when
+                # there are several outputs; the log is `mlm_accuracy` either way.
+                prefix = "" if len(self.output_names) > 1 else "mlm_"
+                kwargs["weighted_metrics"] = {
+                    name: [keras.metrics.SparseCategoricalAccuracy(name=prefix + "accuracy")]
+                    for name in self.output_names
+                }
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def compile_from_config(self, config):
+        # Keras skips this for models that override `compile`; ours takes the
+        # saved optimizer, loss and metrics as they are.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *, steps_per_epoch=None,
+            initial_epoch=0, callbacks=None, **kwargs):
+        """Trains as `keras.Model.fit` does, with a fresh warm-up and decay for this call.
+
+        `x` is typically a `kbert.pretraining_dataset` (batches of
+        `(x, y, sample_weight)`, see the class docstring); other datasets and
+        dicts of arrays work as well.
+
+        A `kbert.pretraining_dataset` becomes one endless stream of epochs
+        (pairs reshuffled and masks redrawn each), of which each Keras epoch
+        takes `steps_per_epoch` batches (default: one pass). With a
+        `kbert.callbacks.BackupAndRestore` among the callbacks, a run that was
+        killed resumes at the exact batch after its last backup, with the
+        masks it would have drawn: the resumed run trains the same steps on
+        the same batches as one that was never interrupted.
+        """
+        stream = getattr(x, "kbert_stream", None)
+        batches_per_pass = _known_steps(x, batch_size)
+        if stream is None or batches_per_pass is None:
+            self._start_learning_rate_window(
+                x, steps_per_epoch, epochs - initial_epoch, batch_size=batch_size
+            )
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                               steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
+                               callbacks=callbacks, **kwargs)
+
+        steps_per_epoch = steps_per_epoch or batches_per_pass
+        first_step = int(self.optimizer.iterations.numpy())
+        done = 0
+        backup = _find_backup(callbacks)
+        position = backup.peek() if backup is not None else None
+        if position is not None:
+            first_step = position["first_step"]
+            done = position["step"] - first_step
+            backup.set_batches_skipped(position["batches_done"])
+        total = steps_per_epoch * (epochs - initial_epoch)
+        schedule = getattr(self.optimizer, "_learning_rate", None)
+        if isinstance(schedule, WarmupLinearDecay):
+            schedule.set_window(first_step, total)
+        callbacks = list(callbacks or []) + [_StopAtStep(first_step + total)]
+        # The stream restarts at batch `done`: the rest of that pass, then
+        # endless further passes, each drawing its own masks.
+        return super().fit(stream(done), epochs=epochs, steps_per_epoch=steps_per_epoch,
+                           initial_epoch=initial_epoch, callbacks=callbacks, **kwargs)
+
+    def _start_learning_rate_window(self, dataset, steps_per_epoch, epochs, batch_size=None):
+        """Fits the warm-up and decay of the "auto" schedule to the steps `fit` will run.
+
+        Without `steps_per_epoch` the steps are the dataset's cardinality (or,
+        for arrays, the batches they make); when unknown (an endless or
+        filtered dataset) the schedule warms up no more and keeps its peak.
+        """
+        schedule = getattr(self.optimizer, "_learning_rate", None)
+        if not isinstance(schedule, WarmupLinearDecay):
+            return
+        steps = steps_per_epoch
+        if steps is None:
+            steps = _known_steps(dataset, batch_size)
+        total = None if steps is None else steps * max(epochs, 1)
+        schedule.set_window(int(self.optimizer.iterations.numpy()), total)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+            "next_sentence": self.next_sentence,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _find_backup(callbacks):
+    backups = [c for c in callbacks or [] if isinstance(c, BackupAndRestore)]
+    return backups[0] if backups else None
+
+
+class _StopAtStep(keras.callbacks.Callback):
+    """Ends a resumed run at the step an uninterrupted one would end at.
+
+    A resumed run's first epoch starts mid-way through the data, so its
+    epochs end a few batches later than the original's; the last one is cut
+    short here so both train exactly the same steps.
+    """
+
+    def __init__(self, last_step):
+        super().__init__()
+        self.last_step = last_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= self.last_step:
+            self.model.stop_training = True
+
+
+def _known_steps(x, batch_size):
+    """Batches per epoch of a dataset or of arrays, or `None` when unknown."""
+    if isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        return cardinality if cardinality > 0 else None
+    leaves = keras.tree.flatten(x) if x is not None else []
+    if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
+        return math.ceil(int(leaves[0].shape[0]) / (batch_size or _KERAS_DEFAULT_BATCH_SIZE))
+    return None

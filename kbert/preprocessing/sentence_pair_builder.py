@@ -1,0 +1,211 @@
+"""Documents of tokenized sentences to BERT's pretraining segment pairs."""
+
+import collections
+import dataclasses
+import random
+
+import numpy as np
+
+IS_NEXT, NOT_NEXT = 0, 1
+
+
+@dataclasses.dataclass
+class PairStats:
+    """Counts of one pass: examples made, their labels, and what was left out."""
+
+    examples: int = 0
+    is_next: int = 0
+    not_next: int = 0
+    truncated: int = 0
+    empty_documents: int = 0
+    unpaired_segments: int = 0
+
+
+class SentencePairBuilder:
+    """Cuts documents into the segment pairs BERT pretrains on.
+
+    Follows the recipe of the BERT paper and its reference data script.
+    Sentences of a document are gathered into a chunk until the chunk
+    reaches the target length (`sequence_length - 3` tokens, leaving room
+    for `[CLS]` and two `[SEP]`; with probability `short_sequence_rate` a
+    random shorter target, so the model also sees short inputs). The chunk is
+    cut at a random sentence boundary into segment A and segment B:
+
+    - with probability `1 - next_sentence_rate`, B is the rest of the chunk,
+      the text that really follows A (label 0, IsNext);
+    - otherwise B is a random stretch of another document (label 1,
+      NotNext), and the sentences of the chunk not used go back to be read
+      again. A chunk of a single sentence always takes a random B, as in the
+      reference script.
+
+    A pair that is still too long loses tokens from the longer segment, at
+    its front or back at random. With `next_sentence=False` each chunk is
+    one segment of up to `sequence_length - 2` tokens (the MLM-only ablation).
+
+    Documents stream through: a buffer of `document_buffer` documents both
+    shuffles their order and is the pool the random B segments come from,
+    so memory does not grow with the corpus. The same documents and seed
+    give the same pairs.
+
+    Args:
+        sequence_length: the packed length, special tokens included.
+        next_sentence: build pairs for next-sentence prediction.
+        next_sentence_rate: share of pairs whose B is random (NotNext).
+        short_sequence_rate: share of chunks with a shorter random target.
+        document_buffer: documents held for shuffling and random B segments.
+        seed: seed of the pair choices.
+
+    Example:
+    >>> builder = SentencePairBuilder(sequence_length=16, seed=0)
+    >>> document = [np.array([5, 6, 7]), np.array([8, 9]), np.array([10, 11, 12])]
+    >>> other = [np.array([20, 21]), np.array([22, 23, 24])]
+    >>> pairs = list(builder([document, other]))
+    >>> sorted({label for _, _, label in pairs}) <= [0, 1]
+    True
+    """
+
+    def __init__(
+        self,
+        sequence_length,
+        next_sentence=True,
+        next_sentence_rate=0.5,
+        short_sequence_rate=0.1,
+        document_buffer=100,
+        seed=0,
+    ):
+        minimum = 5 if next_sentence else 3
+        if int(sequence_length) < minimum:
+            raise ValueError(
+                f"`sequence_length` {sequence_length} leaves no room for text: "
+                f"{'[CLS] A [SEP] B [SEP]' if next_sentence else '[CLS] A [SEP]'} "
+                f"needs at least {minimum}."
+            )
+        for name, rate in (
+            ("next_sentence_rate", next_sentence_rate),
+            ("short_sequence_rate", short_sequence_rate),
+        ):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1], got {rate}.")
+        if int(document_buffer) < 1:
+            raise ValueError(f"`document_buffer` must be at least 1, got {document_buffer}.")
+        self.sequence_length = int(sequence_length)
+        self.next_sentence = bool(next_sentence)
+        self.next_sentence_rate = float(next_sentence_rate)
+        self.short_sequence_rate = float(short_sequence_rate)
+        self.document_buffer = int(document_buffer)
+        self.seed = int(seed)
+        self.max_tokens = self.sequence_length - (3 if next_sentence else 2)
+        self.stats = PairStats()
+
+    def __call__(self, documents):
+        """Yields `(segment_a, segment_b, label)`; B is empty without NSP.
+
+        Args:
+            documents: an iterable of documents, each a list of 1-D integer
+                arrays (the token ids of its sentences).
+        """
+        self.stats = PairStats()
+        rng = random.Random(self.seed)
+        pending = []
+        # Documents already used stay available as random B segments, so the
+        # last documents of the corpus still find partners.
+        used = collections.deque(maxlen=self.document_buffer)
+        for document in documents:
+            document = [np.asarray(s, dtype=np.int32) for s in document if len(s)]
+            if not document:
+                self.stats.empty_documents += 1
+                continue
+            pending.append(document)
+            if len(pending) > self.document_buffer:
+                yield from self._take_one(pending, used, rng)
+        while pending:
+            yield from self._take_one(pending, used, rng)
+
+    def _take_one(self, pending, used, rng):
+        document = pending.pop(rng.randrange(len(pending)))
+        yield from self._document_pairs(document, pending, used, rng)
+        used.append(document)
+
+    def _target_length(self, rng):
+        if rng.random() < self.short_sequence_rate:
+            return rng.randint(2, self.max_tokens)
+        return self.max_tokens
+
+    def _document_pairs(self, document, pending, used, rng):
+        target = self._target_length(rng)
+        chunk, length, i = [], 0, 0
+        while i < len(document):
+            chunk.append(document[i])
+            length += len(document[i])
+            if i == len(document) - 1 or length >= target:
+                if self.next_sentence:
+                    pair, unused = self._pair(chunk, target, pending, used, rng)
+                    i -= unused
+                    if pair is not None:
+                        yield pair
+                else:
+                    yield self._single(chunk)
+                chunk, length = [], 0
+                target = self._target_length(rng)
+            i += 1
+
+    def _single(self, chunk):
+        tokens = np.concatenate(chunk)
+        if len(tokens) > self.max_tokens:
+            tokens = tokens[: self.max_tokens]
+            self.stats.truncated += 1
+        self.stats.examples += 1
+        return tokens, np.zeros([0], np.int32), IS_NEXT
+
+    def _pair(self, chunk, target, pending, used, rng):
+        """Returns `((a, b, label) or None, sentences to read again)`."""
+        split = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+        segment_a = np.concatenate(chunk[:split])
+        has_other = bool(pending) or bool(used)
+        unused = 0
+        if has_other and (len(chunk) == 1 or rng.random() < self.next_sentence_rate):
+            segment_b = self._random_segment(target - len(segment_a), pending, used, rng)
+            label = NOT_NEXT
+            unused = len(chunk) - split
+        elif len(chunk) >= 2:
+            segment_b = np.concatenate(chunk[split:])
+            label = IS_NEXT
+        else:
+            # One sentence and no other document to pair it with.
+            self.stats.unpaired_segments += 1
+            return None, 0
+        segment_a, segment_b = self._truncate(segment_a, segment_b, rng)
+        self.stats.examples += 1
+        if label == IS_NEXT:
+            self.stats.is_next += 1
+        else:
+            self.stats.not_next += 1
+        return (segment_a, segment_b, label), unused
+
+    def _random_segment(self, target_length, pending, used, rng):
+        index = rng.randrange(len(pending) + len(used))
+        other = pending[index] if index < len(pending) else used[index - len(pending)]
+        start = rng.randrange(len(other))
+        pieces, length = [], 0
+        for sentence in other[start:]:
+            pieces.append(sentence)
+            length += len(sentence)
+            if length >= target_length:
+                break
+        return np.concatenate(pieces)
+
+    def _truncate(self, segment_a, segment_b, rng):
+        excess = len(segment_a) + len(segment_b) - self.max_tokens
+        if excess <= 0:
+            return segment_a, segment_b
+        self.stats.truncated += 1
+        # Bounds [start, end) of each segment; trimmed one token at a time from
+        # the longer one (B on a tie), at a random end, as the reference does.
+        bounds = [[0, len(segment_a)], [0, len(segment_b)]]
+        for _ in range(excess):
+            longer = bounds[0] if bounds[0][1] - bounds[0][0] > bounds[1][1] - bounds[1][0] else bounds[1]
+            if rng.random() < 0.5:
+                longer[0] += 1
+            else:
+                longer[1] -= 1
+        return segment_a[slice(*bounds[0])], segment_b[slice(*bounds[1])]

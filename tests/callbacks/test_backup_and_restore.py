@@ -1,0 +1,187 @@
+import json
+import os
+
+import keras
+import pytest
+
+from kbert.callbacks import BackupAndRestore
+from tests.callbacks.conftest import (
+    BATCHES_PER_EPOCH,
+    BatchRecorder,
+    Interrupt,
+    Interrupted,
+    assert_same_state,
+    fit,
+    state,
+    temporary_files,
+    tiny_model,
+)
+
+
+class StateAtTrainBegin(BatchRecorder):
+    """Keeps the state that `fit` starts from, after the callbacks before it ran."""
+
+    def on_train_begin(self, logs=None):
+        self.initial_state = state(self.model)
+
+
+def weight_files(directory):
+    return sorted(name for name in os.listdir(directory) if name.endswith(".weights.h5"))
+
+
+def position(backup):
+    found = backup.peek()
+    return None if found is None else (found["epoch"], found["batches_done"], found["step"])
+
+
+def test_no_backup_peeks_none(tmp_path):
+    assert BackupAndRestore(tmp_path / "backup").peek() is None
+
+
+def test_resumes_mid_epoch_with_weights_optimizer_and_position(tmp_path):
+    backup_dir = tmp_path / "backup"
+    recorder = BatchRecorder()
+    with pytest.raises(Interrupted):
+        # Backups after batches 3 and 6, at the end of epoch 0 (step 8), then
+        # after 3 batches of epoch 1 (step 11); interrupted after 5.
+        fit(tiny_model(seed=1), [BackupAndRestore(backup_dir, save_freq=3), recorder,
+                                 Interrupt(epoch=1, batch=4)], epochs=3)
+    backup = BackupAndRestore(backup_dir, save_freq=3)
+    assert position(backup) == (1, 3, 11)
+    assert backup.peek()["weights_file"] == weight_files(backup_dir)[0]
+    assert len(weight_files(backup_dir)) == 1 and temporary_files(backup_dir) == []
+
+    model = tiny_model(seed=2)  # Other initial weights.
+    restored = StateAtTrainBegin()
+    history = fit(model, [backup, restored], epochs=3)
+    assert_same_state(restored.initial_state, recorder.states[1, 2])
+    assert int(restored.initial_state[1][0]) == 11  # optimizer.iterations
+    assert history.epoch == [1, 2]  # Plain Keras data: epoch 1 again from its start.
+    assert not backup_dir.exists()  # Deleted after the run ended.
+
+
+def test_positions_count_the_batches_the_caller_skipped(tmp_path):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq=3), Interrupt(1, 4)], epochs=3)
+    backup = BackupAndRestore(backup_dir, save_freq=3)
+    assert position(backup) == (1, 3, 11)
+
+    # A pipeline that skips the 3 batches done runs the other 5 of epoch 1;
+    # here every epoch has those 5, enough to follow the count.
+    backup.set_batches_skipped(backup.peek()["batches_done"])
+
+    class Positions(keras.callbacks.Callback):
+        seen = set()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen.add(position(backup))
+
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [backup, Positions(), Interrupt(2, 3)], epochs=4, batches=5)
+    # Backups: epoch 1 after 3 + 3 batches (step 14), its end (step 16), epoch 2
+    # after 3 batches (step 19): the skip counts in the first epoch only.
+    assert Positions.seen == {(1, 3, 11), (1, 6, 14), (2, 0, 16), (2, 3, 19)}
+
+
+def test_positions_with_several_steps_per_execution(tmp_path):
+    # Keras reports batches 1, 3, 5, ...: the count reaches 3 at batch 3.
+    model = tiny_model()
+    model.compile(optimizer=model.optimizer, loss=model.loss, steps_per_execution=2, jit_compile=False)
+    backup = BackupAndRestore(tmp_path / "backup", save_freq=3)
+    with pytest.raises(Interrupted):
+        fit(model, [backup, Interrupt(epoch=0, batch=5)])
+    assert position(backup) == (0, 4, 4)
+
+
+def test_crash_between_weights_and_metadata_keeps_the_previous_backup(tmp_path, monkeypatch):
+    backup_dir = tmp_path / "backup"
+    backup = BackupAndRestore(backup_dir, save_freq=3)
+    write_metadata = backup._write_metadata
+    calls = []
+
+    def crash_on_second_call(position):
+        calls.append(position)
+        if len(calls) == 2:
+            raise Interrupted("killed after the weights, before the metadata")
+        write_metadata(position)
+
+    monkeypatch.setattr(backup, "_write_metadata", crash_on_second_call)
+    recorder = BatchRecorder()
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [backup, recorder], epochs=2)
+    assert position(BackupAndRestore(backup_dir)) == (0, 3, 3)
+    assert len(weight_files(backup_dir)) == 2  # The new weights, named by no metadata.
+
+    restored = StateAtTrainBegin()
+    fresh = BackupAndRestore(backup_dir, save_freq=3, delete_checkpoint=False)
+    fit(tiny_model(seed=3), [fresh, restored], epochs=2)
+    assert_same_state(restored.initial_state, recorder.states[0, 2])
+    assert position(fresh) == (2, 0, 3 + 2 * BATCHES_PER_EPOCH)  # Epoch 0 from its start again.
+    assert weight_files(backup_dir) == [fresh.peek()["weights_file"]]  # The orphan is gone.
+
+
+def test_crash_while_writing_weights_leaves_no_partial_backup(tmp_path, monkeypatch):
+    backup_dir = tmp_path / "backup"
+    model = tiny_model()
+    recorder = BatchRecorder()
+    with pytest.raises(Interrupted):
+        fit(model, [BackupAndRestore(backup_dir, save_freq=3), recorder, Interrupt(0, 4)])
+    before = {name: (backup_dir / name).read_bytes() for name in os.listdir(backup_dir)}
+
+    def write_half_then_crash(path, **kwargs):
+        with open(path, "wb") as file:
+            file.write(b"\x89HDF\r\n half of the weights")
+        raise Interrupted("killed while writing the weights")
+
+    monkeypatch.setattr(model, "save_weights", write_half_then_crash)
+    # A restore to the backup (step 3), then three batches and the crash.
+    with pytest.raises(Interrupted, match="writing"):
+        fit(model, [BackupAndRestore(backup_dir, save_freq=3)])
+    assert {name: (backup_dir / name).read_bytes() for name in os.listdir(backup_dir)} == before
+    assert position(BackupAndRestore(backup_dir)) == (0, 3, 3)
+
+    monkeypatch.undo()
+    restored = StateAtTrainBegin()
+    fit(tiny_model(seed=4), [BackupAndRestore(backup_dir), restored], epochs=1)
+    assert_same_state(restored.initial_state, recorder.states[0, 2])
+
+
+def test_metadata_names_complete_weights_at_every_backup(tmp_path):
+    backup_dir = tmp_path / "backup"
+
+    class CheckBackup(BatchRecorder):
+        def on_train_batch_end(self, batch, logs=None):
+            found = json.loads((backup_dir / "training_metadata.json").read_text())
+            assert (backup_dir / found["weights_file"]).is_file()
+            assert weight_files(backup_dir) == [found["weights_file"]]
+
+    fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq=1, delete_checkpoint=False),
+                       CheckBackup()], epochs=1)
+
+
+def test_a_finished_run_deletes_its_backup_unless_told_not_to(tmp_path):
+    model = tiny_model()
+    fit(model, [BackupAndRestore(tmp_path / "deleted", save_freq=3)], epochs=2)
+    assert not (tmp_path / "deleted").exists()
+
+    kept = BackupAndRestore(tmp_path / "kept", save_freq=3, delete_checkpoint=False)
+    fit(model, [kept], epochs=2)
+    assert position(kept) == (2, 0, 4 * BATCHES_PER_EPOCH)
+    assert temporary_files(tmp_path / "kept") == []
+
+
+def test_a_later_fit_of_the_restored_model_starts_at_its_own_first_epoch(tmp_path):
+    # Keras sets `_initial_epoch` to restore and never clears it.
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq="epoch"), Interrupt(1, 0)])
+    model = tiny_model()
+    assert fit(model, [BackupAndRestore(backup_dir, save_freq="epoch")]).epoch == [1]
+    assert fit(model, []).epoch == [0, 1]
+
+
+@pytest.mark.parametrize("save_freq", [0, -1, 1.5, True, "batch"])
+def test_rejects_a_bad_save_freq(tmp_path, save_freq):
+    with pytest.raises(ValueError, match="save_freq"):
+        BackupAndRestore(tmp_path, save_freq=save_freq)

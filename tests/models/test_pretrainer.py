@@ -1,0 +1,241 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kbert
+from kbert.models.pretrainer import (
+    NEXT_SENTENCE_LABELS,
+    Pretrainer,
+    default_pretraining_learning_rate,
+)
+from kbert.optimization import WarmupLinearDecay
+from tests.test_case import assert_all_close, run_config_round_trip, tiny_encoder_kwargs
+
+VOCABULARY_SIZE = 27
+LOG_NAMES = ["loss", "mlm_accuracy", "mlm_loss", "nsp_accuracy", "nsp_loss"]
+
+
+def tiny_pretrainer(next_sentence=True, **encoder_kwargs):
+    encoder = kbert.Encoder(**{**tiny_encoder_kwargs(), **encoder_kwargs})
+    return Pretrainer(encoder, next_sentence=next_sentence)
+
+
+def pretraining_batch(batch=4, length=10, predictions=3, seed=0):
+    """A hand-made `(x, y, sample_weight)` batch; the last row has one real prediction."""
+    rng = np.random.default_rng(seed)
+    token_ids = rng.integers(5, VOCABULARY_SIZE, (batch, length)).astype("int32")
+    token_ids[:, 0], token_ids[:, length // 2], token_ids[:, -1] = 2, 3, 3
+    segment_ids = np.zeros((batch, length), "int32")
+    segment_ids[:, length // 2 + 1 :] = 1
+    padding_mask = np.ones((batch, length), "int32")
+    padding_mask[-1, -2:] = 0
+    token_ids[-1, -2:] = 0
+    segment_ids[-1, -2:] = 0
+    mask_positions = np.stack(
+        [rng.choice(np.arange(1, length // 2), predictions, replace=False) for _ in range(batch)]
+    ).astype("int32")
+    labels = np.take_along_axis(token_ids, mask_positions, axis=1)
+    token_ids[np.arange(batch)[:, None], mask_positions] = 4  # [MASK]
+    weights = np.ones((batch, predictions), "float32")
+    mask_positions[-1, 1:], labels[-1, 1:], weights[-1, 1:] = 0, 0, 0.0  # padded predictions
+    x = {
+        "token_ids": token_ids,
+        "segment_ids": segment_ids,
+        "padding_mask": padding_mask,
+        "mask_positions": mask_positions,
+    }
+    y = {"mlm": labels.astype("int32"), "nsp": (np.arange(batch) % 2).astype("int32")}
+    sample_weight = {"mlm": weights, "nsp": np.ones(batch, "float32")}
+    return x, y, sample_weight
+
+
+def mlm_only(y, sample_weight):
+    return {"mlm": y["mlm"]}, {"mlm": sample_weight["mlm"]}
+
+
+def cross_entropy(logits, labels):
+    logits = logits - logits.max(-1, keepdims=True)
+    log_probabilities = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return -np.take_along_axis(log_probabilities, labels[..., None], -1)[..., 0]
+
+
+def test_outputs_are_float32_logits_of_both_heads():
+    model = tiny_pretrainer()
+    x, _, _ = pretraining_batch()
+    outputs = model(x)
+    assert set(outputs) == {"mlm", "nsp"}
+    assert outputs["mlm"].shape == (4, 3, VOCABULARY_SIZE)
+    assert outputs["nsp"].shape == (4, 2)
+    assert outputs["mlm"].dtype == outputs["nsp"].dtype == tf.float32
+    assert set(model.input) == {"token_ids", "segment_ids", "padding_mask", "mask_positions"}
+    assert NEXT_SENTENCE_LABELS == ("IsNext", "NotNext")
+    # The number of predictions per sequence is free.
+    x["mask_positions"] = x["mask_positions"][:, :1]
+    assert model(x)["mlm"].shape == (4, 1, VOCABULARY_SIZE)
+
+
+def test_mlm_logits_are_read_at_the_mask_positions():
+    model = tiny_pretrainer(dropout=0.0)
+    x, _, _ = pretraining_batch()
+    logits = model(x)["mlm"].numpy()
+    swapped = dict(x, mask_positions=x["mask_positions"][:, ::-1])
+    np.testing.assert_allclose(model(swapped)["mlm"].numpy(), logits[:, ::-1], atol=1e-5)
+
+
+def test_without_next_sentence_there_is_only_the_mlm_output():
+    model = tiny_pretrainer(next_sentence=False)
+    x, y, sample_weight = pretraining_batch()
+    outputs = model(x)
+    assert set(outputs) == {"mlm"}
+    assert model.next_sentence_head is None
+    assert not any("next_sentence" in w.path for w in model.weights)
+    y, sample_weight = mlm_only(y, sample_weight)
+    history = model.fit(x, y, sample_weight=sample_weight, batch_size=2, epochs=3, verbose=0)
+    assert sorted(history.history) == ["loss", "mlm_accuracy"]
+    # With arrays, the learning-rate window is the batches they make.
+    assert model.optimizer._learning_rate.get_config()["total_steps"] == 6
+    with_nsp = tiny_pretrainer()
+    assert len(with_nsp.trainable_weights) == len(model.trainable_weights) + 2
+
+
+def test_output_projection_is_tied_to_the_token_embedding():
+    model = tiny_pretrainer(dropout=0.0)
+    encoder = model.encoder
+    hidden, vocabulary = encoder.hidden_dim, encoder.vocabulary_size
+    embeddings = encoder.token_embedding.embeddings
+    # The head's own weights: dense + LayerNorm + output bias, no [V, H] matrix.
+    own = [w for w in model.masked_lm_head.trainable_weights if w is not embeddings]
+    assert sorted(tuple(w.shape) for w in own) == sorted(
+        [(hidden, hidden), (hidden,), (hidden,), (hidden,), (vocabulary,)]
+    )
+    # The model's weights are the encoder's, the head's and the NSP dense layer's.
+    assert len(model.trainable_weights) == len(encoder.trainable_weights) + len(own) + 2
+    # Changing the token embedding changes the MLM logits (and not only
+    # through the encoder's input: keep the inputs' embeddings as they were).
+    x, _, _ = pretraining_batch()
+    before = model(x)["mlm"].numpy()
+    encoder_inputs = {name: x[name] for name in encoder.input}
+    encoded = encoder(encoder_inputs)["sequence_output"].numpy()
+    unused = np.setdiff1d(np.arange(vocabulary), x["token_ids"])
+    assert unused.size
+    new = embeddings.numpy()
+    # (Not a constant shift: the head's LayerNorm output sums to about 0.)
+    new[unused] += np.random.default_rng(1).normal(size=(unused.size, hidden))
+    embeddings.assign(new)
+    after = model(x)["mlm"].numpy()
+    np.testing.assert_allclose(encoder(encoder_inputs)["sequence_output"].numpy(), encoded)
+    changed = np.abs(after - before).max(axis=(0, 1)) > 1e-4
+    assert changed[unused].all() and not changed[np.setdiff1d(np.arange(vocabulary), unused)].any()
+
+
+def test_loss_is_the_mean_over_real_predictions_plus_nsp():
+    model = tiny_pretrainer()
+    x, y, sample_weight = pretraining_batch()
+    results = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
+    outputs = model(x)
+    weights = sample_weight["mlm"]
+    mlm_losses = cross_entropy(outputs["mlm"].numpy(), y["mlm"])
+    expected_mlm = (mlm_losses * weights).sum() / weights.sum()
+    expected_nsp = cross_entropy(outputs["nsp"].numpy(), y["nsp"]).mean()
+    np.testing.assert_allclose(results["mlm_loss"], expected_mlm, rtol=1e-5)
+    np.testing.assert_allclose(results["nsp_loss"], expected_nsp, rtol=1e-5)
+    np.testing.assert_allclose(results["loss"], expected_mlm + expected_nsp, rtol=1e-5)
+    # Accuracy counts real predictions only.
+    correct = outputs["mlm"].numpy().argmax(-1) == y["mlm"]
+    np.testing.assert_allclose(
+        results["mlm_accuracy"], (correct * weights).sum() / weights.sum(), rtol=1e-6
+    )
+    # A label on a padded prediction (weight 0) changes nothing.
+    relabelled = {"mlm": y["mlm"].copy(), "nsp": y["nsp"]}
+    relabelled["mlm"][-1, 1:] = 7
+    again = model.evaluate(x, relabelled, sample_weight=sample_weight, verbose=0, return_dict=True)
+    np.testing.assert_allclose(again["loss"], results["loss"], rtol=1e-6)
+    np.testing.assert_allclose(again["mlm_accuracy"], results["mlm_accuracy"], rtol=1e-6)
+    # ... while one on a real prediction does.
+    relabelled["mlm"][0, 0] = (y["mlm"][0, 0] + 1) % VOCABULARY_SIZE
+    changed = model.evaluate(x, relabelled, sample_weight=sample_weight, verbose=0, return_dict=True)
+    assert abs(changed["loss"] - results["loss"]) > 1e-4
+
+
+def test_fit_lowers_the_loss_and_logs_both_heads():
+    model = tiny_pretrainer()
+    model.compile(learning_rate=3e-3)
+    x, y, sample_weight = pretraining_batch()
+    before = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
+    dataset = tf.data.Dataset.from_tensors((x, y, sample_weight)).repeat(10)
+    history = model.fit(dataset, epochs=3, verbose=0)
+    assert sorted(history.history) == LOG_NAMES
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    after = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
+    assert after["mlm_loss"] < 0.85 * before["mlm_loss"], (before, after)
+    assert after["mlm_accuracy"] > before["mlm_accuracy"]
+    # This `fit` warmed up and decayed over its 30 steps.
+    schedule = model.optimizer._learning_rate
+    assert isinstance(schedule, WarmupLinearDecay)
+    assert schedule.get_config() == {
+        "peak_learning_rate": 3e-3, "total_steps": 30, "warmup_fraction": 0.1, "start_step": 0
+    }
+    assert int(model.optimizer.iterations) == 30
+
+
+def test_default_learning_rate_scales_with_width():
+    assert default_pretraining_learning_rate(768) == pytest.approx(1e-4)
+    assert default_pretraining_learning_rate(256) == pytest.approx(3e-4)
+    assert default_pretraining_learning_rate(16) == pytest.approx(1e-3)
+    model = tiny_pretrainer()
+    assert model.optimizer._learning_rate.peak_learning_rate == pytest.approx(1e-3)
+    model.compile(learning_rate=5e-4)
+    assert model.optimizer._learning_rate.peak_learning_rate == pytest.approx(5e-4)
+
+
+def test_compile_can_be_overridden():
+    model = tiny_pretrainer()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss_weights={"mlm": 1.0, "nsp": 0.0})
+    assert isinstance(model.optimizer, keras.optimizers.SGD)
+    x, y, sample_weight = pretraining_batch()
+    results = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
+    np.testing.assert_allclose(results["loss"], results["mlm_loss"], rtol=1e-6)
+
+
+def test_config_round_trip():
+    model = tiny_pretrainer(next_sentence=False)
+    x, _, _ = pretraining_batch()
+    restored = run_config_round_trip(model, x)
+    assert restored.next_sentence is False
+    assert restored.get_config()["encoder"]["config"]["hidden_dim"] == 16
+
+
+def test_save_and_load_restore_outputs_and_optimizer(tmp_path):
+    model = tiny_pretrainer()
+    x, y, sample_weight = pretraining_batch()
+    model.fit(x, y, sample_weight=sample_weight, batch_size=2, epochs=1, verbose=0)
+    path = str(tmp_path / "pretrainer.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert type(restored) is Pretrainer
+    assert_all_close(restored(x), model(x))
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 2
+    assert isinstance(restored.optimizer._learning_rate, WarmupLinearDecay)
+    for saved, loaded in zip(model.optimizer.variables, restored.optimizer.variables):
+        np.testing.assert_allclose(saved.numpy(), loaded.numpy())
+    # Still tied after loading: one embedding matrix serves input and output.
+    assert restored.masked_lm_head.token_embedding is restored.encoder.token_embedding
+    history = restored.fit(x, y, sample_weight=sample_weight, batch_size=2, verbose=0)
+    assert sorted(history.history) == LOG_NAMES
+
+
+def test_mixed_precision_gives_float32_logits():
+    model = tiny_pretrainer(dtype="mixed_bfloat16")
+    assert model.masked_lm_head.compute_dtype == "bfloat16"
+    x, _, _ = pretraining_batch()
+    outputs = model(x)
+    assert outputs["mlm"].dtype == outputs["nsp"].dtype == tf.float32
+    assert np.isfinite(outputs["mlm"].numpy()).all()
+    restored = Pretrainer.from_config(model.get_config())
+    assert restored.masked_lm_head.dtype_policy.name == "mixed_bfloat16"
+
+
+def test_refuses_what_is_not_an_encoder():
+    with pytest.raises(TypeError, match="must be a kbert.Encoder, got Dense"):
+        Pretrainer(keras.layers.Dense(3))
