@@ -9,7 +9,8 @@ def _demo(args):
     from kbert import demo
 
     demo.run(preset=args.preset, epochs=args.epochs, sequence_length=args.sequence_length,
-             learning_rate=args.learning_rate, verbose=2 if args.quiet else 1)
+             learning_rate=args.learning_rate, pretraining_steps=args.pretraining_steps,
+             verbose=2 if args.quiet else 1)
 
 
 def _vocabulary(args):
@@ -134,11 +135,15 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="kbert", description="BERT for Keras: train, evaluate, serve.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    demo = commands.add_parser("demo", help="train and evaluate a spam filter on SMS Spam (offline)")
+    demo = commands.add_parser(
+        "demo", help="train and evaluate a spam filter on SMS Spam, then pretrain briefly (offline)"
+    )
     demo.add_argument("--preset", default="tiny")
     demo.add_argument("--epochs", type=int, default=3)
     demo.add_argument("--sequence-length", type=int, default=64)
     demo.add_argument("--learning-rate", type=float, default=1e-3)
+    demo.add_argument("--pretraining-steps", type=int, default=150,
+                      help="steps of the closing pretraining example (0 skips it)")
     demo.add_argument("--quiet", action="store_true", help="one line per epoch")
     demo.set_defaults(run=_demo)
 

@@ -1,5 +1,6 @@
 import kbert
 from kbert import cli
+from tests.models.pretraining_run import VOCABULARY, write_corpus
 
 
 def test_presets_lists_the_paper_parameter_counts(capsys):
@@ -23,3 +24,55 @@ def test_vocabulary_reports_a_missing_file(tmp_path, capsys):
     assert cli.main(["vocabulary", str(tmp_path / "none*.txt"), "--out", str(tmp_path / "v.txt")]) == 2
     assert "No file matches" in capsys.readouterr().err
     assert not (tmp_path / "v.txt").exists()
+
+
+def pretrain_arguments(corpus, out):
+    return ["pretrain", "--corpus", str(corpus / "*.txt"), "--out", str(out), "--preset", "tiny",
+            "--vocabulary-size", "60", "--sequence-length", "32", "--batch-size", "8", "--quiet"]
+
+
+def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus", documents=4, sentences=20)
+    out = tmp_path / "run"
+    assert cli.main(pretrain_arguments(tmp_path / "corpus", out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoints", "pretrainer.keras", "tensorboard", "vocab.txt"
+    ]
+    assert (out / "checkpoints" / "epoch-001.keras").exists()
+    vocabulary = (out / "vocab.txt").read_text().splitlines()
+    assert vocabulary[:5] == list(kbert.SPECIAL_TOKENS)
+    pretrainer = kbert.load_model(str(out / "pretrainer.keras"))
+    assert pretrainer.encoder.vocabulary_size == len(vocabulary)
+    assert int(pretrainer.optimizer.iterations.numpy()) > 0
+    capsys.readouterr()
+
+    assert cli.main(["fill-mask", str(out), "the [MASK] sat on the mat .", "--top-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "the [MASK] sat on the mat ."
+    assert lines[1].startswith("  [MASK] 1: ") and len(lines[1].split()) == 2 + 2 * 3
+
+
+def test_pretrain_reports_a_corpus_that_matches_nothing(tmp_path, capsys):
+    assert cli.main(pretrain_arguments(tmp_path / "missing", tmp_path / "run")) == 2
+    assert "No file matches" in capsys.readouterr().err
+
+
+def test_prepare_pretraining_writes_shards_once(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus", documents=3, sentences=10)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n")
+    arguments = ["prepare-pretraining", "--corpus", str(tmp_path / "corpus" / "*.txt"),
+                 "--vocabulary", str(tmp_path / "vocab.txt"), "--out", str(tmp_path / "prepared"),
+                 "--sequence-length", "32"]
+    assert cli.main(arguments) == 0
+    assert "segment pairs in 1 shard(s)" in capsys.readouterr().out
+    names = sorted(p.name for p in (tmp_path / "prepared").iterdir())
+    assert names == ["metadata.json", "pairs-00000.tfrecord", "vocab.txt"]
+    assert cli.main(arguments) == 2
+    assert "exists" in capsys.readouterr().err
+    assert cli.main(arguments + ["--overwrite"]) == 0
+
+
+def test_fill_mask_needs_a_vocabulary(tmp_path, capsys):
+    (tmp_path / "model.keras").write_text("")
+    assert cli.main(["fill-mask", str(tmp_path / "model.keras"), "a [MASK]"]) == 2
+    assert "--vocabulary" in capsys.readouterr().err

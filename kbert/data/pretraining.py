@@ -117,7 +117,7 @@ class _TextPairs:
         skipped = [stats.skipped_summary()] if stats.skipped_summary() else []
         if pairs.unpaired_segments:
             skipped.append(
-                f"{pairs.unpaired_segments:,} one-sentence chunk(s) with no other document to pair with"
+                f"{pairs.unpaired_segments:,} one-token chunk(s) with no other document to pair with"
             )
         if pairs.empty_documents:
             skipped.append(f"{pairs.empty_documents:,} document(s) with no tokens")

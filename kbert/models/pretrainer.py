@@ -221,6 +221,7 @@ class Pretrainer(keras.Model):
         if isinstance(schedule, WarmupLinearDecay):
             schedule.set_window(first_step, total)
         callbacks = list(callbacks or []) + [_StopAtStep(first_step + total)]
+        kwargs.setdefault("shuffle", False)  # the stream reshuffles each pass itself
         # The stream restarts at batch `done`: the rest of that pass, then
         # endless further passes, each drawing its own masks.
         return super().fit(stream(done), epochs=epochs, steps_per_epoch=steps_per_epoch,

@@ -35,8 +35,13 @@ class SentencePairBuilder:
       the text that really follows A (label 0, IsNext);
     - otherwise B is a random stretch of another document (label 1,
       NotNext), and the sentences of the chunk not used go back to be read
-      again. A chunk of a single sentence always takes a random B, as in the
-      reference script.
+      again.
+
+    A chunk of a single sentence (a long one, or a document's last) is cut
+    inside the sentence when B must follow A: a segment is any span of text,
+    as the paper's footnote says. (The reference script always gives such a
+    chunk a random B, so its NotNext share rises above one half wherever
+    sentences are long.)
 
     A pair that is still too long loses tokens from the longer segment, at
     its front or back at random. With `next_sentence=False` each chunk is
@@ -162,16 +167,25 @@ class SentencePairBuilder:
         split = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
         segment_a = np.concatenate(chunk[:split])
         has_other = bool(pending) or bool(used)
+        # One sentence of one token has no continuation inside the chunk.
+        can_continue = len(chunk) >= 2 or len(chunk[0]) >= 2
+        random_next = rng.random() < self.next_sentence_rate
         unused = 0
-        if has_other and (len(chunk) == 1 or rng.random() < self.next_sentence_rate):
+        if has_other and (random_next or not can_continue):
             segment_b = self._random_segment(target - len(segment_a), pending, used, rng)
             label = NOT_NEXT
             unused = len(chunk) - split
         elif len(chunk) >= 2:
             segment_b = np.concatenate(chunk[split:])
             label = IS_NEXT
+        elif can_continue:
+            # A segment is any span of text (the paper's footnote), so one
+            # long sentence is cut in two: A and the B that really follows.
+            cut = rng.randint(1, len(chunk[0]) - 1)
+            segment_a, segment_b = chunk[0][:cut], chunk[0][cut:]
+            label = IS_NEXT
         else:
-            # One sentence and no other document to pair it with.
+            # One one-token sentence and no other document to pair it with.
             self.stats.unpaired_segments += 1
             return None, 0
         segment_a, segment_b = self._truncate(segment_a, segment_b, rng)

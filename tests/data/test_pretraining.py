@@ -368,8 +368,9 @@ def test_sequence_too_short_for_a_pair(corpus, vocabulary):
 
 
 def test_one_sentence_corpus_has_no_examples(tmp_path, vocabulary, capsys):
-    (tmp_path / "one.txt").write_text("The cat sat on the mat.\n")
-    with pytest.raises(ValueError, match="no pretraining examples.*one-sentence chunk"):
+    # One token: nothing to cut into two segments, and no other document.
+    (tmp_path / "one.txt").write_text("A\n")
+    with pytest.raises(ValueError, match="no pretraining examples.*one-token chunk"):
         make_dataset(tmp_path / "one.txt", vocabulary)
     with pytest.raises(ValueError, match="no pretraining examples"):
         prepare(tmp_path / "one.txt", vocabulary, tmp_path / "out")

@@ -266,10 +266,18 @@ def test_single_document_corpus_gives_no_not_next():
     assert set(used) <= set(all_tokens(documents))
 
 
-def test_single_one_sentence_document_gives_no_pairs():
-    pairs, stats = build([[np.array([5, 6, 7])]], sequence_length=16)
+def test_single_one_token_sentence_document_gives_no_pairs():
+    pairs, stats = build([[np.array([5])]], sequence_length=16)
     assert pairs == []
     assert stats.examples == 0 and stats.unpaired_segments == 1
+
+
+def test_a_lone_sentence_is_cut_into_a_and_the_b_that_follows():
+    pairs, stats = build([[np.array([5, 6, 7, 8])]], sequence_length=16)
+    [(segment_a, segment_b, label)] = pairs
+    assert label == IS_NEXT and len(segment_a) >= 1 and len(segment_b) >= 1
+    assert np.concatenate([segment_a, segment_b]).tolist() == [5, 6, 7, 8]
+    assert stats.unpaired_segments == 0
 
 
 def test_empty_documents_and_sentences_are_dropped_and_counted():
