@@ -52,6 +52,7 @@ def _pretrain(args):
     import keras
 
     import kbert
+    from kbert.callbacks.atomic_files import write_atomically
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,9 +78,7 @@ def _pretrain(args):
                    callbacks=kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every),
                    verbose=2 if args.quiet else 1)
     model_path = out_dir / "pretrainer.keras"
-    tmp = out_dir / "pretrainer.tmp.keras"
-    pretrainer.save(tmp)
-    os.replace(tmp, model_path)
+    write_atomically(str(model_path), pretrainer.save)
     print(f"Saved {model_path} (encoder and heads) and {out_dir / 'vocab.txt'}.\n"
           f"Try: kbert fill-mask {out_dir} \"the king [MASK] the crown.\"")
 
