@@ -5,7 +5,7 @@
    file's last 5 % of lines held out.
 2. Measures the pretraining input pipeline alone (examples/s).
 3. Pretrains BERT-mini (MLM + NSP) for a fixed number of steps (400 batches
-   of 32 x 128 tokens: about 20 minutes on 2 cores) and reports masked-LM
+   of 32 x 128 tokens: about 21 minutes on 2 idle cores) and reports masked-LM
    and next-sentence accuracy on the held-out text.
 4. Fine-tunes on SST-2 twice with the same steps and hyper-parameters: from
    the pretrained encoder, and from random initialisation; prints both dev
@@ -13,7 +13,7 @@
 
 Prints a table and writes JSON (default `benchmarks/results/pretraining.json`).
 
-    .venv/bin/python benchmarks/pretraining.py              # about 30 minutes here
+    .venv/bin/python benchmarks/pretraining.py              # about an hour here
     .venv/bin/python benchmarks/pretraining.py --quick      # a couple of minutes
 """
 
