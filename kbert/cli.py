@@ -1,7 +1,6 @@
 """The `kbert` command line."""
 
 import argparse
-import os
 import sys
 
 
@@ -18,10 +17,7 @@ def _vocabulary(args):
 
     vocabulary = kbert.learn_vocabulary(files=args.files, vocabulary_size=args.size,
                                         lowercase=not args.cased)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(vocabulary) + "\n")
-    os.replace(tmp, args.out)  # never leave a half-written vocabulary
+    _write_lines_atomically(args.out, vocabulary)  # never a half-written vocabulary
     print(f"Wrote {len(vocabulary)} tokens to {args.out}")
 
 
@@ -40,10 +36,13 @@ def _read_or_learn_vocabulary(args, out_dir):
 
 
 def _write_lines_atomically(path, lines):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    from kbert.callbacks.atomic_files import write_atomically
+
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+    write_atomically(str(path), write)
 
 
 def _pretrain(args):

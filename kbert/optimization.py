@@ -53,6 +53,16 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+def start_schedule_window(optimizer, start_step, total_steps):
+    """Starts a new warm-up/decay cycle if the optimizer's rate is a `WarmupLinearDecay`.
+
+    Other learning rates (a float, another schedule) are left as they are.
+    """
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if isinstance(schedule, WarmupLinearDecay):
+        schedule.set_window(start_step, total_steps)
+
+
 @keras.saving.register_keras_serializable(package="kbert")
 class BertAdamW(keras.optimizers.AdamW):
     """AdamW as BERT fine-tunes: no weight decay on biases and LayerNorm.

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
 from kbert.models.encoder import Encoder, bert_initializer
-from kbert.optimization import WarmupLinearDecay, bert_adamw
+from kbert.optimization import bert_adamw, start_schedule_window
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
 NEXT_SENTENCE_LABELS = ("IsNext", "NotNext")
@@ -217,9 +217,7 @@ class Pretrainer(keras.Model):
             done = position["step"] - first_step
             backup.set_batches_skipped(position["batches_done"])
         total = steps_per_epoch * (epochs - initial_epoch)
-        schedule = getattr(self.optimizer, "_learning_rate", None)
-        if isinstance(schedule, WarmupLinearDecay):
-            schedule.set_window(first_step, total)
+        start_schedule_window(self.optimizer, first_step, total)
         callbacks = list(callbacks or []) + [_StopAtStep(first_step + total)]
         kwargs.setdefault("shuffle", False)  # the stream reshuffles each pass itself
         # The stream restarts at batch `done`: the rest of that pass, then
@@ -234,14 +232,11 @@ class Pretrainer(keras.Model):
         for arrays, the batches they make); when unknown (an endless or
         filtered dataset) the schedule warms up no more and keeps its peak.
         """
-        schedule = getattr(self.optimizer, "_learning_rate", None)
-        if not isinstance(schedule, WarmupLinearDecay):
-            return
         steps = steps_per_epoch
         if steps is None:
             steps = _known_steps(dataset, batch_size)
         total = None if steps is None else steps * max(epochs, 1)
-        schedule.set_window(int(self.optimizer.iterations.numpy()), total)
+        start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
 
     def get_config(self):
         return {

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.optimization import WarmupLinearDecay
+from kbert.optimization import start_schedule_window
 from kbert.preprocessing.preprocessor import split_segments
 
 DEFAULT_BATCH_SIZE = 32
@@ -137,15 +137,12 @@ class Task(keras.Model):
 
     def _start_learning_rate_window(self, dataset, steps_per_epoch, epochs):
         """Fits each `fit` call's warm-up and decay to the steps it will run."""
-        schedule = getattr(self.optimizer, "_learning_rate", None)
-        if not isinstance(schedule, WarmupLinearDecay):
-            return
         steps = steps_per_epoch
         if steps is None:
             cardinality = int(dataset.cardinality())
             steps = cardinality if cardinality > 0 else None
         total = None if steps is None else steps * max(epochs, 1)
-        schedule.set_window(int(self.optimizer.iterations.numpy()), total)
+        start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
 
     def get_config(self):
         return {
