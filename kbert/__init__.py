@@ -5,11 +5,14 @@ The pipeline, in the order data takes it:
 - `Tokenizer` (TF-Text WordPiece) and `learn_vocabulary`;
 - `Preprocessor`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
 - `Encoder`: embeddings, Transformer blocks, pooler (`PRESETS` tiny ... large);
-- task models, built by `classifier(...)`, that `fit` on raw strings;
+- task models that `fit` on raw strings: `classifier`, `question_answerer`,
+  `tagger`, `multiple_choice`, and `embedder` for sentence vectors;
+- `load_pretrained` / `save_pretrained`: published BERT checkpoints
+  (Hugging Face, Google, keras-hub) in and out;
 - pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
   raw documents), `Pretrainer`, `callbacks.standard` (TensorBoard,
   checkpoints, resume), `fill_mask`;
-- `data`: readers for the canonical data sets.
+- `data`: readers for the canonical data sets; `metrics`: how each task is scored.
 """
 
 import os
@@ -19,18 +22,29 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 
-from kbert import callbacks, data  # noqa: E402
+from kbert import callbacks, checkpoints, data, metrics  # noqa: E402
+from kbert.checkpoints import load_pretrained, save_pretrained  # noqa: E402
 from kbert.data.pretraining import pretraining_dataset, prepare_pretraining_data  # noqa: E402
 from kbert.models.classifier import Classifier  # noqa: E402
+from kbert.models.embedder import Embedder  # noqa: E402
 from kbert.models.encoder import Encoder  # noqa: E402
 from kbert.models.fill_mask import FillMask, fill_mask  # noqa: E402
+from kbert.models.multiple_choice import MultipleChoice  # noqa: E402
 from kbert.models.pretrainer import Pretrainer  # noqa: E402
+from kbert.models.question_answerer import QuestionAnswerer  # noqa: E402
+from kbert.models.tagger import Tagger  # noqa: E402
 from kbert.optimization import WarmupLinearDecay  # noqa: E402
 from kbert.preprocessing.preprocessor import Preprocessor  # noqa: E402
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer  # noqa: E402
 from kbert.preprocessing.vocabulary import learn_vocabulary  # noqa: E402
 from kbert.presets import PRESETS  # noqa: E402
-from kbert.tasks import classifier  # noqa: E402
+from kbert.tasks import (  # noqa: E402
+    classifier,
+    embedder,
+    multiple_choice,
+    question_answerer,
+    tagger,
+)
 
 __version__ = "0.1.0"
 
@@ -42,20 +56,32 @@ def load_model(path):
 
 __all__ = [
     "Classifier",
+    "Embedder",
     "Encoder",
     "FillMask",
+    "MultipleChoice",
     "PRESETS",
     "Preprocessor",
     "Pretrainer",
+    "QuestionAnswerer",
     "SPECIAL_TOKENS",
+    "Tagger",
     "Tokenizer",
     "WarmupLinearDecay",
     "callbacks",
+    "checkpoints",
     "classifier",
     "data",
+    "embedder",
     "fill_mask",
     "learn_vocabulary",
+    "load_pretrained",
     "load_model",
+    "metrics",
+    "multiple_choice",
     "prepare_pretraining_data",
     "pretraining_dataset",
+    "question_answerer",
+    "save_pretrained",
+    "tagger",
 ]

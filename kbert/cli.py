@@ -102,6 +102,11 @@ def _fill_mask(args):
     import kbert
 
     model_path, vocabulary = Path(args.model), args.vocabulary
+    if not model_path.exists() or (model_path.is_dir() and not (model_path / "pretrainer.keras").exists()):
+        # A published checkpoint with its masked-LM head (folder or known name).
+        model, tokenizer = kbert.load_pretrained(args.model, heads=True)
+        _print_fills(kbert.fill_mask(model, tokenizer=tokenizer, top_k=args.top_k), args.texts)
+        return
     if model_path.is_dir():
         vocabulary = vocabulary or str(model_path / "vocab.txt")
         model_path = model_path / "pretrainer.keras"
@@ -111,11 +116,51 @@ def _fill_mask(args):
         raise FileNotFoundError(f"No model at {model_path}.")
     fill = kbert.fill_mask(kbert.load_model(str(model_path)), vocabulary=vocabulary,
                            top_k=args.top_k)
-    for text in args.texts:
+    _print_fills(fill, args.texts)
+
+
+def _print_fills(fill, texts):
+    for text in texts:
         print(text)
         for number, candidates in enumerate(fill(text), start=1):
             shown = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
             print(f"  [MASK] {number}: {shown}")
+
+
+def _train(args):
+    from kbert.fine_tuning import fine_tune
+
+    result = fine_tune(
+        args.task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
+        batch_size=args.batch_size, sequence_length=args.sequence_length,
+        learning_rate=args.learning_rate, max_examples=args.max_examples,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
+    )
+    _print_metrics(result)
+    print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
+          f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
+
+
+def _evaluate(args):
+    import json
+
+    import kbert
+    from kbert.callbacks.atomic_files import write_atomically
+    from kbert.fine_tuning import evaluate_task
+
+    model = kbert.load_model(args.model)
+    result = evaluate_task(model, args.task, split=args.split, max_examples=args.max_examples)
+    _print_metrics(result)
+    if args.out:
+        write_atomically(args.out, lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
+        print(f"Wrote {args.out}")
+
+
+def _print_metrics(result):
+    print(f"{result['task']} ({result['split']}, {result['examples']:,} examples):")
+    for key, value in result.items():
+        if isinstance(value, float):
+            print(f"  {key:<16} {value:.4f}")
 
 
 def _presets(args):
@@ -190,11 +235,42 @@ def build_parser():
     prepare.set_defaults(run=_prepare_pretraining)
 
     fill_mask = commands.add_parser("fill-mask", help="top tokens for each [MASK] in a text")
-    fill_mask.add_argument("model", help="a pretraining run folder or a pretrainer .keras file")
+    fill_mask.add_argument("model", help="a pretraining run folder, a pretrainer .keras file, or a "
+                                         "BERT checkpoint with its masked-LM head (folder or name)")
     fill_mask.add_argument("texts", nargs="+")
     fill_mask.add_argument("--vocabulary")
     fill_mask.add_argument("--top-k", type=int, default=5)
     fill_mask.set_defaults(run=_fill_mask)
+
+    from kbert.fine_tuning import TASKS
+
+    train = commands.add_parser("train", help="fine-tune on a task's data set, evaluate, save")
+    train.add_argument("task", choices=sorted(TASKS))
+    train.add_argument("--encoder", default="tiny",
+                       help="a preset (tiny ... large), a checkpoint folder or name "
+                            "(all-minilm-l6-v2), a `kbert pretrain` run folder, or a .keras file")
+    train.add_argument("--vocabulary", help="vocab.txt for a preset or .keras encoder "
+                                            "(default for presets: bert-base-uncased's)")
+    train.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
+    train.add_argument("--epochs", type=int, default=3)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--sequence-length", type=int, default=None,
+                       help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
+    train.add_argument("--learning-rate", type=float, default=None)
+    train.add_argument("--max-examples", type=int, default=None,
+                       help="fine-tune on a seeded random subset of this many training examples")
+    train.add_argument("--max-eval-examples", type=int, default=None)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--quiet", action="store_true", help="one line per epoch")
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("evaluate", help="a trained task model's metrics on a split")
+    evaluate.add_argument("model", help="the model.keras of `kbert train`")
+    evaluate.add_argument("--task", required=True, choices=sorted(TASKS))
+    evaluate.add_argument("--split", default=None, help="default: the task's evaluation split")
+    evaluate.add_argument("--max-examples", type=int, default=None)
+    evaluate.add_argument("--out", help="write the metrics to this JSON file")
+    evaluate.set_defaults(run=_evaluate)
 
     presets = commands.add_parser("presets", help="list encoder sizes and parameter counts")
     presets.add_argument("--vocabulary-size", type=int, default=30522)

@@ -1,15 +1,44 @@
 """Entry points that build ready-to-fit task models from a preset or an encoder."""
 
+from kbert.checkpoints.loading import load_pretrained
 from kbert.models.classifier import Classifier
+from kbert.models.embedder import Embedder
 from kbert.models.encoder import Encoder
+from kbert.models.multiple_choice import MultipleChoice
+from kbert.models.question_answerer import QuestionAnswerer
+from kbert.models.tagger import Tagger
 from kbert.preprocessing.preprocessor import Preprocessor
 from kbert.preprocessing.tokenizer import Tokenizer
+from kbert.presets import PRESETS
 
 
 def build_encoder_and_preprocessor(
     encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
 ):
-    """Resolves `encoder` (preset name or `Encoder`) and its preprocessor."""
+    """Resolves `encoder` (preset name, checkpoint or `Encoder`) and its preprocessor.
+
+    A name that is not a preset is a pretrained checkpoint (a folder or a name
+    `kbert.load_pretrained` knows): it brings its own vocabulary and casing.
+    """
+    if isinstance(encoder, str) and encoder not in PRESETS:
+        if vocabulary is not None:
+            raise ValueError(
+                f"The checkpoint {encoder!r} brings its own vocabulary; do not give `vocabulary`."
+            )
+        dropout = encoder_kwargs.pop("dropout", None)
+        if encoder_kwargs:
+            raise ValueError(
+                f"A pretrained checkpoint's shape is fixed; {sorted(encoder_kwargs)} cannot change it."
+            )
+        encoder, tokenizer = load_pretrained(encoder, dropout=dropout, dtype=dtype)
+        dtype = None
+        if preprocessor is None:
+            if sequence_length > encoder.max_sequence_length:
+                raise ValueError(
+                    f"`sequence_length` {sequence_length} exceeds the checkpoint's "
+                    f"{encoder.max_sequence_length} positions."
+                )
+            preprocessor = Preprocessor(tokenizer, sequence_length=sequence_length)
     if preprocessor is None:
         if vocabulary is None:
             raise ValueError(
@@ -32,7 +61,8 @@ def build_encoder_and_preprocessor(
         )
     elif not isinstance(encoder, Encoder):
         raise TypeError(
-            f"`encoder` must be a preset name or a kbert.Encoder, got {type(encoder).__name__}."
+            f"`encoder` must be a preset name, a checkpoint or a kbert.Encoder, got "
+            f"{type(encoder).__name__}."
         )
     elif encoder_kwargs or dtype is not None:
         raise ValueError(
@@ -90,4 +120,210 @@ def classifier(
         preprocessor=preprocessor,
         dropout=dropout,
         class_names=class_names,
+    )
+
+
+def question_answerer(
+    encoder="base",
+    vocabulary=None,
+    sequence_length=384,
+    doc_stride=128,
+    max_question_length=64,
+    preprocessor=None,
+    lowercase=True,
+    dtype=None,
+    max_answer_length=15,
+    n_best=20,
+    null_score_threshold=None,
+    **encoder_kwargs,
+):
+    """An extractive question answerer (SQuAD) that fits on raw questions and contexts.
+
+    Args:
+        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
+            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        sequence_length: tokens per window, `[CLS] question [SEP] context [SEP]`.
+        doc_stride: tokens between the starts of a long context's windows.
+        max_question_length: question tokens kept; the rest are cut.
+        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
+        lowercase: whether the vocabulary is uncased.
+        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
+        max_answer_length: the longest answer, in tokens.
+        n_best: candidate answers kept per question.
+        null_score_threshold: None to always answer (SQuAD v1.1), or the
+            margin by which "no answer" must beat the best span (v2.0).
+        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
+
+    Returns:
+        A compiled `kbert.QuestionAnswerer`: `fit(kbert.data.load_squad())`
+        works as is, and `predict(question=..., context=...)` answers.
+
+    Example:
+    >>> vocab = kbert.learn_vocabulary(["where is the cat ? the cat is on the mat ."] * 5,
+    ...                                vocabulary_size=40, verbose=False)
+    >>> qa = kbert.question_answerer("tiny", vocabulary=vocab, sequence_length=128)
+    >>> sorted(qa.predict(question="where is the cat?", context="the cat is on the mat."))
+    ['end', 'score', 'start', 'text']
+    """
+    encoder, preprocessor = build_encoder_and_preprocessor(
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+    )
+    return QuestionAnswerer(
+        encoder,
+        preprocessor=preprocessor,
+        doc_stride=doc_stride,
+        max_question_length=max_question_length,
+        max_answer_length=max_answer_length,
+        n_best=n_best,
+        null_score_threshold=null_score_threshold,
+    )
+
+
+def tagger(
+    encoder="base",
+    labels=None,
+    vocabulary=None,
+    sequence_length=128,
+    preprocessor=None,
+    lowercase=True,
+    dropout=0.1,
+    dtype=None,
+    **encoder_kwargs,
+):
+    """A word tagger (named entities, parts of speech) that fits on lists of words.
+
+    Args:
+        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
+            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`.
+        labels: the tag strings, in id order, e.g.
+            `kbert.data.CONLL2003_LABELS`.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        sequence_length: tokens per window; a longer sentence is split into
+            several windows between words, and no word is lost.
+        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
+        lowercase: whether the vocabulary is uncased (names are easier to
+            find with a cased one: `lowercase=False`).
+        dropout: dropout before the output layer, and in a preset encoder.
+        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
+        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
+
+    Returns:
+        A compiled `kbert.Tagger`: `fit(sentences, tags)` works as is, and
+        `predict(sentences)` gives one tag per word.
+
+    Example:
+    >>> sentences, tags = kbert.data.load_conll2003("dev")
+    >>> vocab = kbert.learn_vocabulary([" ".join(s) for s in sentences], vocabulary_size=2000,
+    ...                                lowercase=False, verbose=False)
+    >>> ner = kbert.tagger("tiny", labels=kbert.data.CONLL2003_LABELS, vocabulary=vocab,
+    ...                    lowercase=False, sequence_length=64)
+    >>> history = ner.fit(sentences[:200], tags[:200], epochs=1, verbose=0)
+    >>> len(ner.predict([["Peter", "Blackburn", "visited", "Germany"]], verbose=0)[0])
+    4
+    """
+    if labels is None:
+        raise ValueError("Give the tag `labels`, e.g. kbert.data.CONLL2003_LABELS.")
+    if isinstance(encoder, str):
+        encoder_kwargs.setdefault("dropout", dropout)  # BERT uses one rate throughout.
+    encoder, preprocessor = build_encoder_and_preprocessor(
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+    )
+    return Tagger(encoder, labels=labels, preprocessor=preprocessor, dropout=dropout)
+
+
+def multiple_choice(
+    encoder="base",
+    num_choices=4,
+    vocabulary=None,
+    sequence_length=128,
+    preprocessor=None,
+    lowercase=True,
+    dropout=0.1,
+    dtype=None,
+    **encoder_kwargs,
+):
+    """A multiple-choice model (SWAG-style) that fits on raw contexts and choices.
+
+    Args:
+        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
+            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`.
+        num_choices: choices per question, the same for all.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        sequence_length: tokens per packed `[CLS] context [SEP] choice [SEP]`;
+            the longer text is cut first.
+        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
+        lowercase: whether the vocabulary is uncased.
+        dropout: dropout before the scoring layer, and in a preset encoder.
+        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
+        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
+
+    Returns:
+        A compiled `kbert.MultipleChoice`: `fit((contexts, choices), labels)`
+        works as is, with `num_choices` texts per context in `choices`.
+
+    Example:
+    >>> vocab = kbert.learn_vocabulary(["she opened the door", "he sat down"] * 5, vocabulary_size=60)
+    >>> mc = kbert.multiple_choice("tiny", num_choices=2, vocabulary=vocab, sequence_length=16)
+    >>> mc.predict_choice((["she opened"], [["the door", "he sat down"]]), verbose=0).shape
+    (1,)
+    """
+    if isinstance(encoder, str):
+        encoder_kwargs.setdefault("dropout", dropout)  # BERT uses one rate throughout.
+    encoder, preprocessor = build_encoder_and_preprocessor(
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+    )
+    return MultipleChoice(encoder, num_choices=num_choices, preprocessor=preprocessor, dropout=dropout)
+
+
+def embedder(
+    encoder="base",
+    vocabulary=None,
+    pooling="mean",
+    normalize=False,
+    sequence_length=128,
+    preprocessor=None,
+    lowercase=True,
+    dtype=None,
+    feature_layers=(-1,),
+    **encoder_kwargs,
+):
+    """Sentence embeddings and token features from an encoder, on raw text; no training.
+
+    Args:
+        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
+            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`
+            (e.g. pretrained or fine-tuned).
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        pooling: `"mean"` (average of the token vectors, padding excluded),
+            `"cls"` (the `[CLS]` vector) or `"pooled"` (the tanh pooler's).
+        normalize: scale sentence embeddings to unit L2 norm.
+        sequence_length: tokens per packed text; longer texts are truncated.
+        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
+        lowercase: whether the vocabulary is uncased.
+        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
+        feature_layers: the Transformer blocks whose outputs are concatenated
+            into `token_features`, e.g. `(-4, -3, -2, -1)`.
+        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
+
+    Returns:
+        A `kbert.Embedder`: `embed(texts)` gives one vector per text, and
+        `predict(texts)` the dict `sentence_embedding`, `token_features`,
+        `padding_mask`.
+
+    Example:
+    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60)
+    >>> embedder = kbert.embedder("tiny", vocabulary=vocab, sequence_length=16)
+    >>> embedder.embed(["the cat sat"]).shape
+    (1, 128)
+    """
+    encoder, preprocessor = build_encoder_and_preprocessor(
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+    )
+    return Embedder(
+        encoder,
+        preprocessor=preprocessor,
+        pooling=pooling,
+        normalize=normalize,
+        feature_layers=feature_layers,
     )

@@ -76,3 +76,46 @@ def test_fill_mask_needs_a_vocabulary(tmp_path, capsys):
     (tmp_path / "model.keras").write_text("")
     assert cli.main(["fill-mask", str(tmp_path / "model.keras"), "a [MASK]"]) == 2
     assert "--vocabulary" in capsys.readouterr().err
+
+
+def test_fill_mask_reads_a_published_checkpoint_folder(tmp_path, capsys):
+    from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+
+    pretrainer = kbert.Pretrainer(kbert.Encoder(**tiny_encoder_kwargs()))
+    folder = kbert.save_pretrained(pretrainer, kbert.Tokenizer(TINY_VOCABULARY), tmp_path / "bert")
+    assert cli.main(["fill-mask", folder, "the cat [MASK] on the mat .", "--top-k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "the cat [MASK] on the mat ."
+    assert lines[1].startswith("  [MASK] 1: ") and len(lines[1].split()) == 2 + 2 * 2
+
+
+def test_fill_mask_explains_a_checkpoint_without_a_masked_lm_head(capsys):
+    assert cli.main(["fill-mask", "all-minilm-l6-v2", "a [MASK] day"]) == 2
+    assert "no masked-LM head" in capsys.readouterr().err
+
+
+def test_train_then_evaluate_a_task(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "run"
+    assert cli.main(["train", "rte", "--encoder", "tiny", "--out", str(out), "--epochs", "1",
+                     "--max-examples", "64", "--max-eval-examples", "40", "--sequence-length", "32",
+                     "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "model.keras", "tensorboard"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "rte" and metrics["split"] == "dev" and metrics["examples"] == 40
+    assert metrics["train_examples"] == 64 and 0 <= metrics["accuracy"] <= 1
+    assert sum(map(sum, metrics["confusion_matrix"])) == 40
+    assert "accuracy" in capsys.readouterr().out
+
+    report = tmp_path / "eval.json"
+    assert cli.main(["evaluate", str(out / "model.keras"), "--task", "rte", "--max-examples", "40",
+                     "--out", str(report)]) == 0
+    # The saved model scores the same examples the same way.
+    assert json.loads(report.read_text())["accuracy"] == metrics["accuracy"]
+
+
+def test_train_explains_a_bad_encoder(tmp_path, capsys):
+    assert cli.main(["train", "sst2", "--encoder", str(tmp_path / "nothing"), "--out",
+                     str(tmp_path / "run")]) == 2
+    assert "not a known checkpoint name" in capsys.readouterr().err

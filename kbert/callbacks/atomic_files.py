@@ -1,6 +1,7 @@
 """Writes files so that a crash leaves either the old file or the new one."""
 
 import os
+import shutil
 import uuid
 
 # Temporary files start with this, so they are hidden from a plain `ls`, never
@@ -18,9 +19,13 @@ def write_atomically(path, write):
     either the previous `path` or the complete new one. If `write` fails, the
     temporary file is removed and the error raised again.
 
+    `write` may also create a directory at the path it is given (an export
+    folder, say): its files are flushed too, and it is renamed as a whole.
+
     Args:
         path: the final path; a local file system path.
-        write: a function that writes the whole file to the path it is given.
+        write: a function that writes the whole file (or directory) to the
+            path it is given.
 
     Example:
     >>> import tempfile
@@ -34,10 +39,16 @@ def write_atomically(path, write):
     temporary = os.path.join(directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex[:8]}-{name}")
     try:
         write(temporary)
+        if os.path.isdir(temporary):
+            for folder, _, files in os.walk(temporary):
+                for file in files:
+                    _flush_to_disk(os.path.join(folder, file))
         _flush_to_disk(temporary)
         os.replace(temporary, path)
     except BaseException:
-        if os.path.lexists(temporary):
+        if os.path.isdir(temporary) and not os.path.islink(temporary):
+            shutil.rmtree(temporary)
+        elif os.path.lexists(temporary):
             os.remove(temporary)
         raise
     _flush_to_disk(directory)

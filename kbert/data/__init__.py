@@ -5,17 +5,36 @@ to the repository), so everything works offline. Plain Python: importing this
 package does not import TensorFlow.
 """
 
+from kbert.data.conll import CONLL2003_LABELS, CONLL2003_SPLITS, load_conll2003, read_conll
 from kbert.data.glue import GLUE_SPLITS, GLUE_TASKS, load_glue
 from kbert.data.paths import DataFormatError, data_dir, find_data_file
+from kbert.data.sick import SICK_LABEL_NAMES, SICK_SPLITS, load_sick
 from kbert.data.sms_spam import SMS_SPAM_LABEL_NAMES, load_sms_spam
+from kbert.data.squad import (
+    SQUAD_EVAL_ARTICLES,
+    SQUAD_TRAIN_ARTICLES,
+    load_squad,
+    squad_article_split,
+)
 
 __all__ = [
+    "CONLL2003_LABELS",
+    "CONLL2003_SPLITS",
     "GLUE_SPLITS",
     "GLUE_TASKS",
+    "SICK_LABEL_NAMES",
+    "SICK_SPLITS",
     "SMS_SPAM_LABEL_NAMES",
+    "SQUAD_EVAL_ARTICLES",
+    "SQUAD_TRAIN_ARTICLES",
     "DataFormatError",
     "data_dir",
     "find_data_file",
+    "load_conll2003",
     "load_glue",
+    "load_sick",
     "load_sms_spam",
+    "load_squad",
+    "squad_article_split",
+    "read_conll",
 ]

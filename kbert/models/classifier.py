@@ -2,9 +2,11 @@
 
 import keras
 import numpy as np
+import tensorflow as tf
 
+from kbert.metrics.classification import classification_report
 from kbert.models.encoder import Encoder, bert_initializer
-from kbert.models.task import Task
+from kbert.models.task import Task, _is_pair_spec
 from kbert.optimization import bert_adamw
 from kbert.preprocessing.preprocessor import Preprocessor
 
@@ -33,6 +35,12 @@ class Classifier(Task):
     learning rate that warms up over the first 10 % of each `fit` call's
     steps and then decays linearly to 0, sparse categorical cross-entropy on
     logits, and accuracy. Call `compile` to change any of it.
+
+    For unbalanced classes, `fit(..., class_weight={0: 1.0, 1: 6.0})` weighs
+    each example's loss by its class (keys may also be class names), and
+    `class_weight="balanced"` computes `n_examples / (num_classes * count)`
+    per class from the training labels. `evaluate_report(texts, labels)`
+    gives accuracy, precision, recall and F1 and the confusion matrix.
 
     Args:
         encoder: a `kbert.Encoder`.
@@ -137,6 +145,79 @@ class Classifier(Task):
             )
         return y.astype("int32")
 
+    def fit(self, x=None, y=None, *args, class_weight=None, **kwargs):
+        """`Task.fit`, with `class_weight` a dict `{class: weight}` or `"balanced"`.
+
+        Classes missing from the dict weigh 1.0. Keras turns the class
+        weights into per-example weights of the training loss and metrics
+        (not of `validation_data`).
+        """
+        if class_weight is not None:
+            if kwargs.get("sample_weight") is not None:
+                raise ValueError("Give `class_weight` or `sample_weight`, not both.")
+            class_weight = self._class_weight(class_weight, x, y)
+        return super().fit(x, y, *args, class_weight=class_weight, **kwargs)
+
+    def _class_weight(self, class_weight, x, y):
+        """A weight for every class id, from a dict or `"balanced"`."""
+        if isinstance(class_weight, str):
+            if class_weight != "balanced":
+                raise ValueError(
+                    f"`class_weight` must be a dict {{class: weight}} or 'balanced', got {class_weight!r}."
+                )
+            labels = _dataset_labels(x) if isinstance(x, tf.data.Dataset) else y
+            if labels is None:
+                raise ValueError("`class_weight='balanced'` needs the training labels `y`.")
+            return balanced_class_weight(self.check_targets(labels), self.num_classes, self.class_names)
+        if not isinstance(class_weight, dict):
+            raise TypeError(
+                f"`class_weight` must be a dict {{class: weight}} or 'balanced', got a "
+                f"{type(class_weight).__name__}."
+            )
+        weights = {}
+        for key, weight in class_weight.items():
+            if isinstance(key, str) and self.class_names and key in self.class_names:
+                class_id = self.class_names.index(key)
+            elif isinstance(key, (int, np.integer)) and not isinstance(key, bool) and 0 <= key < self.num_classes:
+                class_id = int(key)
+            else:
+                names = f" or one of {self.class_names}" if self.class_names else ""
+                raise ValueError(
+                    f"`class_weight` key {key!r} is not a class: use ids 0 to {self.num_classes - 1}{names}."
+                )
+            if not isinstance(weight, (int, float, np.number)) or not np.isfinite(weight) or weight < 0:
+                raise ValueError(f"The weight of class {key!r} must be a finite number >= 0, got {weight!r}.")
+            weights[class_id] = float(weight)
+        # Every class gets a weight: Keras looks weights up by label id.
+        return {i: weights.get(i, 1.0) for i in range(self.num_classes)}
+
+    def evaluate_report(self, x, y=None, batch_size=None, positive_class=1):
+        """Accuracy, precision, recall, F1 and the confusion matrix of the predictions on `x`.
+
+        Takes what `evaluate` takes (texts or text pairs with labels, or a
+        `tf.data.Dataset` of `(texts, labels)`) and returns
+        `kbert.metrics.classification_report` of the predicted classes, with
+        this model's `class_names`. For two classes, `positive_class` (id or
+        name; default 1) is the class whose precision, recall and F1 are
+        reported at the top level.
+        """
+        if y is None and not isinstance(x, tf.data.Dataset):
+            raise ValueError("`evaluate_report` needs the true labels: evaluate_report(texts, labels).")
+        labels, predictions = [], []
+        for batch in self._dataset(x, y, batch_size=batch_size):
+            if not isinstance(batch, tuple) or len(batch) < 2:
+                raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
+            features, batch_labels = batch[0], batch[1]
+            predictions.append(np.asarray(self.predict_on_batch(features)).argmax(axis=-1))
+            labels.append(np.reshape(batch_labels, [-1]))
+        return classification_report(
+            self.check_targets(np.concatenate(labels)),
+            np.concatenate(predictions),
+            num_classes=self.num_classes,
+            class_names=self.class_names,
+            positive_class=positive_class,
+        )
+
     def predict_proba(self, x, batch_size=None, **kwargs):
         """Class probabilities, shape `(examples, num_classes)`."""
         logits = self.predict(x, batch_size=batch_size, **kwargs)
@@ -163,6 +244,48 @@ class Classifier(Task):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def balanced_class_weight(labels, num_classes, class_names=None):
+    """Class weights `n_examples / (num_classes * count)`: each class weighs as much in all.
+
+    A rare class gets a large weight, a common one a small weight, so that
+    every class contributes the same total weight to the loss (scikit-learn
+    calls this "balanced").
+
+    Example:
+    >>> balanced_class_weight([0, 0, 0, 1], num_classes=2)
+    {0: 0.6666666666666666, 1: 2.0}
+
+    Raises:
+        ValueError: a class has no example, so it has no balanced weight.
+    """
+    labels = np.asarray(labels).reshape(-1).astype("int64")
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"Labels must be in [0, {num_classes}), got {sorted(set(labels.tolist()))}.")
+    counts = np.bincount(labels, minlength=num_classes)
+    absent = np.flatnonzero(counts == 0)
+    if absent.size:
+        name = f" ({class_names[absent[0]]!r})" if class_names else ""
+        raise ValueError(
+            f"Class {absent[0]}{name} has no example in the labels, so 'balanced' weights are "
+            "undefined; give `class_weight` as a dict {class: weight}."
+        )
+    return {i: float(len(labels) / (num_classes * count)) for i, count in enumerate(counts)}
+
+
+def _dataset_labels(dataset):
+    """All labels of a finite `tf.data.Dataset` of `(features, labels)`, batched or not."""
+    if int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+        raise ValueError(
+            "`class_weight='balanced'` cannot count the labels of an infinite dataset; "
+            "give `class_weight` as a dict {class: weight}."
+        )
+    spec = dataset.element_spec
+    if not isinstance(spec, tuple) or len(spec) < 2 or _is_pair_spec(spec):
+        raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
+    labels = [np.reshape(y, [-1]) for y in dataset.map(lambda *element: element[1]).as_numpy_iterator()]
+    return np.concatenate(labels) if labels else np.zeros([0], "int32")
 
 
 def check_compatible(encoder, preprocessor):

@@ -33,8 +33,9 @@ class FillMask:
             pretrained with.
         top_k: candidates listed per mask, at most the vocabulary size
             minus the 4 excluded special tokens.
-        sequence_length: tokens per packed text; a `[MASK]` past it is an
-            error.
+        sequence_length: tokens per packed text (default 128, or the
+            encoder's `max_sequence_length` when shorter); a `[MASK]` past it
+            is an error.
         batch_size: texts per model call.
 
     Example:
@@ -46,7 +47,7 @@ class FillMask:
     (1, 2, ['score', 'token', 'token_id'])
     """
 
-    def __init__(self, pretrainer, tokenizer, top_k=5, sequence_length=128, batch_size=32):
+    def __init__(self, pretrainer, tokenizer, top_k=5, sequence_length=None, batch_size=32):
         if not isinstance(pretrainer, Pretrainer):
             raise TypeError(
                 f"`pretrainer` must be a kbert.Pretrainer, got {type(pretrainer).__name__}."
@@ -60,6 +61,8 @@ class FillMask:
                 f"The tokenizer has {vocabulary_size} tokens but the encoder embeds "
                 f"{encoder.vocabulary_size}; use the vocabulary the model was pretrained with."
             )
+        if sequence_length is None:
+            sequence_length = min(128, encoder.max_sequence_length)
         if sequence_length > encoder.max_sequence_length:
             raise ValueError(
                 f"`sequence_length` {sequence_length} exceeds the encoder's "
@@ -171,7 +174,7 @@ class FillMask:
         return inputs, mask_positions, [int(n) for n in kept]
 
 
-def fill_mask(model, vocabulary=None, tokenizer=None, top_k=5, sequence_length=128, lowercase=True):
+def fill_mask(model, vocabulary=None, tokenizer=None, top_k=5, sequence_length=None, lowercase=True):
     """A `FillMask` that predicts the `[MASK]` tokens of texts with a pretrained model.
 
     Args:
@@ -180,7 +183,8 @@ def fill_mask(model, vocabulary=None, tokenizer=None, top_k=5, sequence_length=1
             `vocab.txt` path), or a ready `kbert.Tokenizer`.
         tokenizer: a `kbert.Tokenizer`, instead of `vocabulary`.
         top_k: candidates listed per mask.
-        sequence_length: tokens per packed text.
+        sequence_length: tokens per packed text; default 128, or the
+            encoder's `max_sequence_length` when that is shorter.
         lowercase: whether the vocabulary is uncased (with `vocabulary`).
 
     Returns:

@@ -134,3 +134,82 @@ def test_bad_input_text_is_handled():
     assert model.predict(texts, verbose=0).shape == (5, 2)
     with pytest.raises(TypeError, match="Text 1 is a int"):
         model.predict(["ok", 3], verbose=0)
+
+
+def deterministic_classifier(num_classes=2, **kwargs):
+    """A classifier whose loss can be recomputed: no dropout, a learning rate of 0."""
+    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 12)
+    encoder = kbert.Encoder(**{**tiny_encoder_kwargs(), "dropout": 0.0})
+    model = kbert.Classifier(encoder, num_classes, preprocessor, dropout=0.0, **kwargs)
+    model.compile(optimizer=keras.optimizers.SGD(0.0))
+    return model
+
+
+def cross_entropy(logits, labels):
+    log_probabilities = tf.nn.log_softmax(logits).numpy()
+    return -log_probabilities[np.arange(len(labels)), labels]
+
+
+def test_class_weights_scale_each_example_loss():
+    model = deterministic_classifier()
+    losses = cross_entropy(model.predict(TEXTS, verbose=0), LABELS)
+    # One batch of all four examples: the loss is the mean of the weighted losses.
+    history = model.fit(TEXTS, LABELS, batch_size=4, verbose=0, class_weight={0: 0.5, 1: 3.0})
+    weights = np.array([3.0, 0.5, 3.0, 0.5])
+    assert history.history["loss"][0] == pytest.approx(np.mean(weights * losses), rel=1e-5)
+    unweighted = model.fit(TEXTS, LABELS, batch_size=4, verbose=0)
+    assert unweighted.history["loss"][0] == pytest.approx(np.mean(losses), rel=1e-5)
+    # A class left out of the dict weighs 1; keys may be class names.
+    named = deterministic_classifier(class_names=["negative", "positive"])
+    named.set_weights(model.get_weights())
+    history = named.fit(TEXTS, LABELS, batch_size=4, verbose=0, class_weight={"positive": 2.0})
+    assert history.history["loss"][0] == pytest.approx(np.mean([2, 1, 2, 1] * losses), rel=1e-5)
+
+
+def test_balanced_class_weights():
+    from kbert.models.classifier import balanced_class_weight
+
+    # 6 examples, 3 classes: weight = 6 / (3 * count).
+    assert balanced_class_weight([0, 0, 0, 1, 1, 2], 3) == pytest.approx({0: 2 / 3, 1: 1.0, 2: 2.0})
+    with pytest.raises(ValueError, match=r"Class 2 \('c'\) has no example"):
+        balanced_class_weight([0, 1, 1], 3, class_names=["a", "b", "c"])
+
+    model = deterministic_classifier()
+    texts, labels = TEXTS[:3], [1, 0, 1]  # weights: 3 / (2 * 1) for class 0, 3 / (2 * 2) for class 1
+    losses = cross_entropy(model.predict(texts, verbose=0), labels)
+    history = model.fit(texts, labels, batch_size=3, verbose=0, class_weight="balanced")
+    expected = np.mean(np.array([0.75, 1.5, 0.75]) * losses)
+    assert history.history["loss"][0] == pytest.approx(expected, rel=1e-5)
+    # The same from a tf.data.Dataset, whose labels are counted first.
+    dataset = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(3)
+    history = model.fit(dataset, verbose=0, class_weight="balanced")
+    assert history.history["loss"][0] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "class_weight, kwargs, message",
+    [
+        ({2: 1.0}, {}, "key 2 is not a class: use ids 0 to 1"),
+        ({"spam": 1.0}, {}, "key 'spam' is not a class"),
+        ({0: -1.0}, {}, "must be a finite number >= 0"),
+        ("equal", {}, "a dict {class: weight} or 'balanced'"),
+        ({0: 1.0}, {"sample_weight": [1, 1, 1, 1]}, "not both"),
+    ],
+)
+def test_bad_class_weights_are_named(class_weight, kwargs, message):
+    model = tiny_classifier()
+    with pytest.raises(ValueError, match=message.replace("{", r"\{").replace("}", r"\}")):
+        model.fit(TEXTS, LABELS, class_weight=class_weight, verbose=0, **kwargs)
+
+
+def test_evaluate_report_scores_the_predicted_classes():
+    model = tiny_classifier(class_names=["negative", "positive"])
+    report = model.evaluate_report(TEXTS, LABELS, batch_size=3)
+    expected = kbert.metrics.classification_report(
+        LABELS, model.predict_classes(TEXTS, verbose=0), class_names=["negative", "positive"]
+    )
+    assert report == expected
+    dataset = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS))
+    assert model.evaluate_report(dataset) == expected
+    with pytest.raises(ValueError, match="needs the true labels"):
+        model.evaluate_report(TEXTS)

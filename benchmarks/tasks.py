@@ -1,0 +1,94 @@
+"""Task quality: fine-tune each task model with a fixed budget and score it the way its community does.
+
+For every task in `kbert.fine_tuning.TASKS` (SST-2, SMS Spam, RTE, MRPC,
+SICK, SQuAD, CoNLL-2003), fine-tunes from the best encoder the project has
+(default: the published all-MiniLM-L6-v2 weights, `--encoder` to change) on
+a seeded random subset of the training split, then evaluates on the task's
+evaluation split. SQuAD: only the v1.1 dev file is available offline, so it
+trains on dev articles 0-37 and evaluates on articles 38-47.
+
+Prints a table (task, data, split, metric, value, examples seen, wall time)
+and writes JSON (default `benchmarks/results/tasks.json`).
+
+    .venv/bin/python benchmarks/tasks.py                   # about an hour on 2 cores
+    .venv/bin/python benchmarks/tasks.py --quick           # minutes: a smoke run
+    .venv/bin/python benchmarks/tasks.py --tasks sst2 rte  # some tasks only
+"""
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from kbert.fine_tuning import TASKS, fine_tune  # noqa: E402
+
+# Training examples per task (a seeded subset), epochs and sequence length:
+# the fixed budget. Small data sets are used whole.
+BUDGETS = {
+    "sst2": {"max_examples": 8000, "epochs": 2, "sequence_length": 64},
+    "sms_spam": {"max_examples": None, "epochs": 2, "sequence_length": 64},
+    "rte": {"max_examples": None, "epochs": 3, "sequence_length": 128},
+    "mrpc": {"max_examples": None, "epochs": 3, "sequence_length": 128},
+    "sick": {"max_examples": None, "epochs": 2, "sequence_length": 64},
+    "squad": {"max_examples": 3000, "epochs": 2, "sequence_length": 256},
+    "conll2003": {"max_examples": 4000, "epochs": 2, "sequence_length": 128},
+}
+QUICK = {"max_examples": 64, "epochs": 1, "max_eval_examples": 64}
+DATA = {
+    "sst2": "GLUE SST-2", "sms_spam": "SMS Spam, fixed 80/20", "rte": "GLUE RTE",
+    "mrpc": "GLUE MRPC", "sick": "SICK (SemEval split)",
+    "squad": "SQuAD v1.1 dev, articles 0-37 / 38-47", "conll2003": "CoNLL-2003 English",
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--encoder", default="all-minilm-l6-v2",
+                        help="a checkpoint (folder or name), a preset, or a `kbert pretrain` run folder")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="peak fine-tuning rate (default: each model's rule for the encoder width)")
+    parser.add_argument("--quick", action="store_true", help="64 examples, 1 epoch: a smoke run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "tasks.json"))
+    args = parser.parse_args()
+
+    results = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
+               "cpus": os.cpu_count(), "tasks": {}}
+    for task in args.tasks:
+        budget = dict(BUDGETS[task], **(QUICK if args.quick else {}))
+        print(f"== {task}: {budget}", flush=True)
+        start = time.time()
+        with tempfile.TemporaryDirectory() as out:
+            result = fine_tune(task, args.encoder, out, batch_size=args.batch_size,
+                               learning_rate=args.learning_rate, seed=args.seed, verbose=2, **budget)
+        result["wall_seconds"] = time.time() - start
+        result["examples_seen"] = result["train_examples"] * budget["epochs"]
+        results["tasks"][task] = result
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")  # after every task
+
+    print()
+    print(f"Encoder: {args.encoder}" + (" (quick run)" if args.quick else ""))
+    print("| task | data | split | metric | value | examples seen | wall time (min) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for task, result in results["tasks"].items():
+        metric = TASKS[task].metric
+        label = {"f1": "entity F1" if task == "conll2003" else "F1"}.get(metric, metric)
+        if task == "squad":
+            value = f"EM {result['exact_match']:.1f} / F1 {result['f1']:.1f}"
+        else:
+            value = f"{result[metric]:.4f}"
+        print(f"| {task} | {DATA[task]} | {result['split']} | {label} | {value} | "
+              f"{result['examples_seen']:,} | {result['wall_seconds'] / 60:.1f} |")
+    print(f"Wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Google's original BERT TensorFlow checkpoints (`bert_config.json`, `bert_model.ckpt.*`, `vocab.txt`)."""
+
+import json
+import os
+import re
+
+import numpy as np
+
+CONFIG_FILE = "bert_config.json"
+VOCABULARY_FILE = "vocab.txt"
+
+# Training state stored beside the weights; not part of the model.
+_SKIPPED = re.compile(r"(^|/)(adam_[mv]|global_step|Adam(_\d+)?|beta[12]_power)($|/)|/adam_[mv]$")
+
+
+def checkpoint_prefix(folder):
+    """The checkpoint prefix inside a Google BERT folder, or None."""
+    import tensorflow as tf
+
+    if not os.path.isdir(folder) or not os.path.exists(os.path.join(folder, CONFIG_FILE)):
+        return None
+    prefix = tf.train.latest_checkpoint(folder)
+    if prefix is None:
+        candidate = os.path.join(folder, "bert_model.ckpt")
+        if os.path.exists(candidate + ".index"):
+            prefix = candidate
+    return prefix
+
+
+def huggingface_name(name):
+    """Hugging Face's name for a Google checkpoint variable, or None for training state."""
+    if _SKIPPED.search(name):
+        return None
+    name = re.sub(r"layer_(\d+)", r"layer.\1", name)
+    name = name.removeprefix("bert/").replace("/", ".")
+    name = name.replace("cls.predictions.output_bias", "cls.predictions.bias")
+    name = name.replace("cls.seq_relationship.output_weights", "cls.seq_relationship.weight")
+    name = name.replace("cls.seq_relationship.output_bias", "cls.seq_relationship.bias")
+    for ours, theirs in ((".gamma", ".weight"), (".beta", ".bias"), (".kernel", ".weight")):
+        if name.endswith(ours):
+            name = name[: -len(ours)] + theirs
+    if name.endswith("_embeddings"):
+        name += ".weight"  # the tables have no suffix in Google's names
+    return name
+
+
+def read_google_checkpoint(folder):
+    """Returns `(config, tensors)`: the BERT config dict and tensors under Hugging Face names and layouts."""
+    import tensorflow as tf
+
+    prefix = checkpoint_prefix(folder)
+    if prefix is None:
+        raise FileNotFoundError(f"{folder} has no {CONFIG_FILE} with a bert_model.ckpt beside it.")
+    with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
+        config = json.load(f)
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {}
+    for name in reader.get_variable_to_shape_map():
+        target = huggingface_name(name)
+        if target is None:
+            continue
+        value = np.asarray(reader.get_tensor(name))
+        if name.endswith("/kernel"):
+            value = value.T  # Google stores dense kernels (in, out); Hugging Face (out, in).
+        tensors[target] = value
+    return config, tensors

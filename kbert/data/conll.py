@@ -1,0 +1,159 @@
+"""Reader for CoNLL-format named-entity files, CoNLL-2003 English in particular."""
+
+from pathlib import Path
+
+from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+
+CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+CONLL2003_SPLITS = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
+CONLL_SCHEMES = ("iob1", "iob2")
+
+# The organisers distribute only the annotations; the Reuters text needs a
+# research agreement, so there is no file to fetch.
+CONLL2003_SOURCE = DataSource(
+    url="https://www.clips.uantwerpen.be/conll2003/ner/", automatic=False
+)
+DOCUMENT_START = "-DOCSTART-"
+
+
+def load_conll2003(split, path=None):
+    """Loads one split of CoNLL-2003 English NER, with tags in IOB2.
+
+    The files use IOB1, where an entity may start with `I-`; the tags are
+    converted to IOB2, where every entity starts with `B-`. Tags are strings
+    from `CONLL2003_LABELS`.
+
+    Args:
+        split: `"train"` (eng.train), `"dev"` (eng.testa) or `"test"`
+            (eng.testb).
+        path: the file to read. Defaults to `conll2003/<file>` under
+            `data_dir()`.
+
+    Returns:
+        `(sentences, tags)`: parallel lists with one list of words and one
+        list of tags per sentence.
+
+    Example:
+    >>> sentences, tags = load_conll2003("train")
+    >>> len(sentences), sum(len(s) for s in sentences)
+    (14041, 203621)
+    >>> list(zip(sentences[0], tags[0]))[:3]
+    [('EU', 'B-ORG'), ('rejects', 'O'), ('German', 'B-MISC')]
+
+    Raises:
+        ValueError: unknown split.
+        DataFormatError: a malformed line; the message names file and line.
+    """
+    if split not in CONLL2003_SPLITS:
+        raise ValueError(
+            f"Unknown CoNLL-2003 split {split!r}. Choose one of: {', '.join(CONLL2003_SPLITS)}."
+        )
+    if path is None:
+        path = find_data_file(f"conll2003/{CONLL2003_SPLITS[split]}", CONLL2003_SOURCE)
+    return read_conll(path, scheme="iob1", labels=CONLL2003_LABELS, num_columns=4)
+
+
+def read_conll(path, scheme="iob1", labels=None, num_columns=4):
+    """Reads a CoNLL-format file of tagged words: one word per line.
+
+    Each line holds whitespace-separated columns: the word first, the tag
+    last (CoNLL-2003: `word POS chunk NER`). Blank lines and `-DOCSTART-`
+    lines end a sentence; empty sentences are not returned.
+
+    Tags are `O`, `B-TYPE` or `I-TYPE`. With `scheme="iob1"` (CoNLL-2003's
+    original scheme: `I-` may start an entity, `B-` only starts one that
+    directly follows an entity of the same type) tags are converted to IOB2:
+    an `I-TYPE` that does not continue a `TYPE` entity becomes `B-TYPE`. With
+    `scheme="iob2"` tags are kept, and an `I-TYPE` that does not continue a
+    `TYPE` entity is an error (read such a file as `"iob1"` to repair it).
+
+    Args:
+        path: the file to read (UTF-8).
+        scheme: `"iob1"` or `"iob2"`, the scheme of the file.
+        labels: optional list of allowed tags; any other tag is an error.
+        num_columns: the columns every word line must have, or None for
+            any number from 2 up, the same on every line.
+
+    Returns:
+        `(sentences, tags)`, parallel lists of lists of strings, tags in IOB2.
+
+    Example:
+    >>> sentences, tags = read_conll(find_data_file("conll2003/eng.testb"))
+    >>> sentences[1], tags[1]
+    (['Nadim', 'Ladki'], ['B-PER', 'I-PER'])
+
+    Raises:
+        DataFormatError: a line has the wrong number of columns or an
+            unknown or misplaced tag; the message names file and line.
+    """
+    if scheme not in CONLL_SCHEMES:
+        raise ValueError(f"`scheme` must be one of {CONLL_SCHEMES}, got {scheme!r}.")
+    if num_columns is not None and (int(num_columns) != num_columns or num_columns < 2):
+        raise ValueError(
+            f"`num_columns` must be None or an integer of at least 2, got {num_columns!r}."
+        )
+    path = Path(path)
+    allowed = None if labels is None else set(labels)
+    sentences, tags = [], []
+    words, sentence_tags = [], []
+    expected_columns = num_columns
+
+    def end_sentence():
+        if words:
+            sentences.append(list(words))
+            tags.append(list(sentence_tags))
+        words.clear()
+        sentence_tags.clear()
+
+    for line_number, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            end_sentence()
+            continue
+        if fields[0] == DOCUMENT_START:
+            end_sentence()
+            continue
+        if expected_columns is None:
+            expected_columns = len(fields)
+        if len(fields) != expected_columns or len(fields) < 2:
+            shown = max(expected_columns, 2)
+            problem = (
+                f"expected {shown} space-separated columns (word ... tag), found {len(fields)}"
+            )
+            raise DataFormatError(path, line_number, problem, line)
+        word, tag = fields[0], fields[-1]
+        if allowed is not None and tag not in allowed:
+            problem = f"unknown tag {tag!r}, expected one of {list(labels)}"
+            raise DataFormatError(path, line_number, problem, line)
+        prefix, entity_type = _split_tag(tag)
+        if prefix is None:
+            problem = f"tag {tag!r} is not 'O', 'B-TYPE' or 'I-TYPE'"
+            raise DataFormatError(path, line_number, problem, line)
+        if prefix == "I" and not _continues(sentence_tags, entity_type):
+            if scheme == "iob2":
+                previous = sentence_tags[-1] if sentence_tags else "the sentence start"
+                problem = (
+                    f"tag {tag!r} after {previous!r} starts an entity, which IOB2 does not "
+                    "allow; read the file with scheme='iob1' to convert it"
+                )
+                raise DataFormatError(path, line_number, problem, line)
+            tag = f"B-{entity_type}"
+        words.append(word)
+        sentence_tags.append(tag)
+    end_sentence()
+    return sentences, tags
+
+
+def _split_tag(tag):
+    """`("B", "PER")` for "B-PER", `("O", None)` for "O", `(None, None)` if malformed."""
+    if tag == "O":
+        return "O", None
+    prefix, dash, entity_type = tag.partition("-")
+    if dash and prefix in ("B", "I") and entity_type:
+        return prefix, entity_type
+    return None, None
+
+
+def _continues(previous_tags, entity_type):
+    """Whether an `I-` tag of this type continues the entity before it."""
+    return bool(previous_tags) and previous_tags[-1] in (f"B-{entity_type}", f"I-{entity_type}")

@@ -1,0 +1,221 @@
+"""Fine-tuning and evaluation on the canonical data sets: what `kbert train` and `kbert evaluate` run.
+
+Each task name maps to its reader, its model, its default splits and the
+metric its community reports:
+
+==========  =========================  ==============  ============  =====================
+task        data                       model           eval split    metric
+==========  =========================  ==============  ============  =====================
+sst2        GLUE SST-2                 classifier      dev           accuracy
+sms_spam    SMS Spam (fixed 80/20)     classifier      test          spam F1, accuracy
+rte         GLUE RTE (pairs)           classifier      dev           accuracy
+mrpc        GLUE MRPC (pairs)          classifier      dev           F1, accuracy
+sick        SICK, 3-class NLI (pairs)  classifier      test          accuracy
+squad       SQuAD v1.1 dev, articles   question        articles      EM, F1
+            0-37 / 38-47               answerer        38-47
+conll2003   CoNLL-2003 English NER     tagger          test (testb)  entity F1
+==========  =========================  ==============  ============  =====================
+"""
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+# The bert-base-uncased vocabulary ships with this checkpoint package.
+DEFAULT_VOCABULARY_CHECKPOINT = "all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """How one task's data is read, modelled and scored."""
+
+    kind: str  # "classifier", "question_answerer" or "tagger"
+    splits: tuple  # the names `load_split` takes; the first trains
+    eval_split: str
+    metric: str  # the headline metric's key in `evaluate_task`'s result
+    sequence_length: int
+    class_names: tuple = ()
+    positive_class: int = 1
+
+
+TASKS = {
+    "sst2": TaskData("classifier", ("train", "dev"), "dev", "accuracy", 64, ("negative", "positive")),
+    "sms_spam": TaskData("classifier", ("train", "test"), "test", "f1", 64, ("ham", "spam")),
+    "rte": TaskData("classifier", ("train", "dev"), "dev", "accuracy", 128,
+                    ("entailment", "not_entailment"), positive_class=0),
+    "mrpc": TaskData("classifier", ("train", "dev"), "dev", "f1", 128,
+                     ("not_paraphrase", "paraphrase")),
+    "sick": TaskData("classifier", ("train", "trial", "test"), "test", "accuracy", 64,
+                     ("entailment", "neutral", "contradiction")),
+    "squad": TaskData("question_answerer", ("train", "eval"), "eval", "f1", 384),
+    "conll2003": TaskData("tagger", ("train", "dev", "test"), "test", "f1", 128),
+}
+
+
+def task_data(task):
+    key = str(task).lower().replace("-", "").replace("_", "")
+    for name, data in TASKS.items():
+        if name.replace("_", "") == key:
+            return name, data
+    raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASKS)}.")
+
+
+def load_split(task, split):
+    """`(x, y)` of one split: texts or pairs and label ids; SQuAD records and None; words and tags."""
+    from kbert import data
+
+    name, info = task_data(task)
+    if split not in info.splits:
+        raise ValueError(f"Task {name!r} has the splits {list(info.splits)}, not {split!r}.")
+    if name in ("sst2", "rte", "mrpc"):
+        return data.load_glue(name, split)
+    if name == "sms_spam":
+        from kbert.demo import split_spam
+
+        texts, labels = data.load_sms_spam()
+        train, test = split_spam(texts, labels)
+        return train if split == "train" else test
+    if name == "sick":
+        return data.load_sick(split)
+    if name == "squad":
+        train_articles, eval_articles = data.squad_article_split()
+        return data.load_squad(articles=train_articles if split == "train" else eval_articles), None
+    return data.load_conll2003(split)
+
+
+def take(x, y, count, seed=0):
+    """A seeded random subset of `count` examples (all of them when `count` is None)."""
+    size = len(y) if y is not None else len(x)
+    if count is None or count >= size:
+        return x, y
+    order = np.sort(np.random.default_rng(seed).permutation(size)[:count])
+
+    def pick(values):
+        if isinstance(values, tuple):
+            return tuple(pick(v) for v in values)
+        return [values[i] for i in order]
+
+    return pick(x), (None if y is None else pick(y))
+
+
+def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learning_rate=None):
+    """The task's model from a preset name, a checkpoint (folder or name), or a `kbert.Encoder`."""
+    import kbert
+
+    name, info = task_data(task)
+    sequence_length = sequence_length or info.sequence_length
+    arguments = dict(vocabulary=vocabulary, sequence_length=sequence_length)
+    if info.kind == "classifier":
+        model = kbert.classifier(encoder, num_classes=len(info.class_names),
+                                 class_names=list(info.class_names), **arguments)
+    elif info.kind == "question_answerer":
+        model = kbert.question_answerer(encoder, doc_stride=min(128, sequence_length // 2), **arguments)
+    else:
+        model = kbert.tagger(encoder, labels=list(kbert.data.CONLL2003_LABELS), **arguments)
+    if learning_rate is not None:
+        model.compile(learning_rate=learning_rate)
+    return model
+
+
+def evaluate_task(model, task, split=None, max_examples=None, batch_size=None):
+    """The task's metrics of a fitted model on one split (default: the task's evaluation split)."""
+    from kbert.metrics import classification_report
+
+    name, info = task_data(task)
+    split = split or info.eval_split
+    x, y = take(*load_split(name, split), max_examples)
+    if info.kind == "classifier":
+        predictions = model.predict_classes(x, batch_size=batch_size, verbose=0)
+        report = classification_report(y, predictions, class_names=list(info.class_names),
+                                       positive_class=info.positive_class)
+    elif info.kind == "question_answerer":
+        report = model.evaluate_squad(x, batch_size=batch_size, verbose=0)
+    else:
+        report = model.evaluate_entities(x, y, batch_size=batch_size)
+    return {"task": name, "split": split, "examples": len(y) if y is not None else len(x), **report}
+
+
+def resolve_encoder(encoder, vocabulary=None):
+    """`(encoder, vocabulary)` for `kbert train --encoder`.
+
+    `encoder` is a preset name (with `vocabulary`, or the bert-base-uncased
+    vocabulary by default), a published checkpoint (folder or name, with its
+    own vocabulary), a `kbert pretrain` run folder (its `pretrainer.keras` and
+    `vocab.txt`) or a `.keras` file of a `Pretrainer` or `Encoder` (with
+    `vocabulary`).
+    """
+    import kbert
+    from kbert.presets import PRESETS
+
+    if encoder in PRESETS:
+        if vocabulary is None:
+            _, tokenizer = kbert.load_pretrained(DEFAULT_VOCABULARY_CHECKPOINT)
+            vocabulary = tokenizer
+        return encoder, vocabulary
+    if os.path.isdir(encoder) and os.path.exists(os.path.join(encoder, "pretrainer.keras")):
+        vocabulary = vocabulary or os.path.join(encoder, "vocab.txt")
+        encoder = os.path.join(encoder, "pretrainer.keras")
+    if str(encoder).endswith(".keras"):
+        if vocabulary is None:
+            raise ValueError(f"Give the vocabulary {encoder} was trained with (--vocabulary).")
+        model = kbert.load_model(encoder)
+        model = getattr(model, "encoder", model)
+        if not isinstance(model, kbert.Encoder):
+            raise ValueError(f"{encoder} holds a {type(model).__name__}, not a kbert encoder.")
+        return model, vocabulary
+    if vocabulary is not None:
+        raise ValueError(f"The checkpoint {encoder!r} brings its own vocabulary; drop --vocabulary.")
+    return encoder, None  # a checkpoint: the task builders load it
+
+
+def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequence_length=None,
+              learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1):
+    """Fine-tunes on a task's training split, evaluates, and writes a run folder.
+
+    `out` gets `model.keras` (the fitted model, written atomically),
+    `metrics.json` (the evaluation split's metrics, the settings, examples
+    seen and wall time) and `tensorboard/` (losses, metrics, learning rate).
+
+    Returns:
+        The dict written to `metrics.json`.
+    """
+    import keras
+
+    import kbert
+    from kbert.callbacks.atomic_files import write_atomically
+
+    name, info = task_data(task)
+    os.makedirs(out, exist_ok=True)
+    settings = {"task": name, "encoder": str(encoder), "epochs": epochs, "batch_size": batch_size,
+                "sequence_length": sequence_length or info.sequence_length,
+                "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
+    keras.utils.set_random_seed(seed)
+    encoder, vocabulary = resolve_encoder(encoder, vocabulary)
+    model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate)
+    x, y = take(*load_split(name, info.splits[0]), max_examples, seed)
+    callbacks = [
+        kbert.callbacks.LearningRateLogger(),
+        kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50),
+    ]
+    start = time.time()
+    if info.kind == "question_answerer":
+        history = model.fit(x, epochs=epochs, batch_size=batch_size, callbacks=callbacks, verbose=verbose)
+    else:
+        history = model.fit(x, y, epochs=epochs, batch_size=batch_size, callbacks=callbacks,
+                            verbose=verbose)
+    seconds = time.time() - start
+    write_atomically(os.path.join(out, "model.keras"), model.save)
+    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)
+    result = {
+        **metrics,
+        "train_examples": len(y) if y is not None else len(x),
+        "train_seconds": seconds,
+        "final_train_loss": float(history.history["loss"][-1]),
+        "settings": settings,
+    }
+    write_atomically(os.path.join(out, "metrics.json"),
+                     lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
+    return result
