@@ -1,6 +1,8 @@
 """Entry points that build ready-to-fit task models from a preset or an encoder."""
 
-from kbert.checkpoints.loading import load_pretrained
+import os
+
+from kbert.checkpoints.loading import KNOWN_CHECKPOINTS, load_pretrained
 from kbert.models.classifier import Classifier
 from kbert.models.embedder import Embedder
 from kbert.models.encoder import Encoder
@@ -21,6 +23,11 @@ def build_encoder_and_preprocessor(
     `kbert.load_pretrained` knows): it brings its own vocabulary and casing.
     """
     if isinstance(encoder, str) and encoder not in PRESETS:
+        if not os.path.exists(encoder) and encoder.lower() not in KNOWN_CHECKPOINTS:
+            raise ValueError(
+                f"Unknown preset {encoder!r}: the presets are {list(PRESETS)}; a pretrained "
+                f"checkpoint is a folder or one of {sorted(KNOWN_CHECKPOINTS)}."
+            )
         if vocabulary is not None:
             raise ValueError(
                 f"The checkpoint {encoder!r} brings its own vocabulary; do not give `vocabulary`."

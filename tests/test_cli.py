@@ -118,4 +118,4 @@ def test_train_then_evaluate_a_task(tmp_path, capsys):
 def test_train_explains_a_bad_encoder(tmp_path, capsys):
     assert cli.main(["train", "sst2", "--encoder", str(tmp_path / "nothing"), "--out",
                      str(tmp_path / "run")]) == 2
-    assert "not a known checkpoint name" in capsys.readouterr().err
+    assert "Unknown preset" in capsys.readouterr().err
