@@ -3,9 +3,7 @@
 import keras
 
 from kbert.models.classifier import check_compatible
-from kbert.models.encoder import Encoder
-from kbert.models.task import Task
-from kbert.preprocessing.preprocessor import Preprocessor
+from kbert.models.task import Task, encoder_and_preprocessor
 
 POOLINGS = ("mean", "cls", "pooled")
 
@@ -56,16 +54,7 @@ class Embedder(Task):
     """
 
     def __init__(self, encoder, preprocessor, pooling="mean", normalize=False, feature_layers=(-1,), **kwargs):
-        if isinstance(encoder, dict):
-            encoder = keras.saving.deserialize_keras_object(encoder)
-        if isinstance(preprocessor, dict):
-            preprocessor = keras.saving.deserialize_keras_object(preprocessor)
-        if not isinstance(encoder, Encoder):
-            raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
-        if not isinstance(preprocessor, Preprocessor):
-            raise TypeError(
-                f"`preprocessor` must be a kbert.Preprocessor, got {type(preprocessor).__name__}."
-            )
+        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
         check_compatible(encoder, preprocessor)
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")

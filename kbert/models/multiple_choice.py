@@ -5,10 +5,9 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.models.classifier import check_compatible, default_learning_rate
-from kbert.models.encoder import Encoder, bert_initializer
-from kbert.models.task import Task, _as_text_array, _is_preprocessed
+from kbert.models.encoder import bert_initializer
+from kbert.models.task import Task, encoder_and_preprocessor, _as_text_array, _is_preprocessed
 from kbert.optimization import bert_adamw
-from kbert.preprocessing.preprocessor import Preprocessor
 
 # Questions per batch; each is `num_choices` sequences. BERT fine-tuned SWAG with 16.
 DEFAULT_BATCH_SIZE = 16
@@ -56,16 +55,7 @@ class MultipleChoice(Task):
     """
 
     def __init__(self, encoder, num_choices, preprocessor, dropout=0.1, **kwargs):
-        if isinstance(encoder, dict):
-            encoder = keras.saving.deserialize_keras_object(encoder)
-        if isinstance(preprocessor, dict):
-            preprocessor = keras.saving.deserialize_keras_object(preprocessor)
-        if not isinstance(encoder, Encoder):
-            raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
-        if not isinstance(preprocessor, Preprocessor):
-            raise TypeError(
-                f"`preprocessor` must be a kbert.Preprocessor, got {type(preprocessor).__name__}."
-            )
+        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
         if int(num_choices) != num_choices or num_choices < 2:
             raise ValueError(f"`num_choices` must be an integer of at least 2, got {num_choices!r}.")
         check_compatible(encoder, preprocessor)
@@ -120,13 +110,6 @@ class MultipleChoice(Task):
         if metrics == "auto":
             metrics = [keras.metrics.SparseCategoricalAccuracy("accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    def compile_from_config(self, config):
-        # Keras skips this for models that override `compile`; ours takes the
-        # saved optimizer, loss and metrics as they are.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
 
     def check_targets(self, y):
         y = np.asarray(y)

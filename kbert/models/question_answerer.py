@@ -10,10 +10,9 @@ import tensorflow_text as tf_text
 
 from kbert.metrics.squad import squad_scores
 from kbert.models.classifier import check_compatible, default_learning_rate
-from kbert.models.encoder import Encoder, bert_initializer
-from kbert.models.task import DEFAULT_BATCH_SIZE, Task
+from kbert.models.encoder import bert_initializer
+from kbert.models.task import DEFAULT_BATCH_SIZE, Task, encoder_and_preprocessor
 from kbert.optimization import bert_adamw
-from kbert.preprocessing.preprocessor import Preprocessor
 
 MODEL_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Questions tokenized per call when counting the windows before training.
@@ -110,16 +109,7 @@ class QuestionAnswerer(Task):
         null_score_threshold=None,
         **kwargs,
     ):
-        if isinstance(encoder, dict):
-            encoder = keras.saving.deserialize_keras_object(encoder)
-        if isinstance(preprocessor, dict):
-            preprocessor = keras.saving.deserialize_keras_object(preprocessor)
-        if not isinstance(encoder, Encoder):
-            raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
-        if not isinstance(preprocessor, Preprocessor):
-            raise TypeError(
-                f"`preprocessor` must be a kbert.Preprocessor, got {type(preprocessor).__name__}."
-            )
+        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
         check_compatible(encoder, preprocessor)
         sequence_length = preprocessor.sequence_length
         for name, value in [
@@ -222,12 +212,6 @@ class QuestionAnswerer(Task):
     def non_trainable_variables(self):
         frozen = [v for v in super().trainable_variables if self._is_pooler(v)]
         return super().non_trainable_variables + frozen
-
-    def compile_from_config(self, config):
-        # As Classifier: the saved optimizer, loss and metrics as they are.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
 
     # --- Windows (TensorFlow ops) -------------------------------------------
 

@@ -9,10 +9,9 @@ import tensorflow_text as tf_text
 
 from kbert.metrics.entity_f1 import entity_scores
 from kbert.models.classifier import check_compatible, default_learning_rate
-from kbert.models.encoder import Encoder, bert_initializer
-from kbert.models.task import DEFAULT_BATCH_SIZE, Task, _is_preprocessed
+from kbert.models.encoder import bert_initializer
+from kbert.models.task import DEFAULT_BATCH_SIZE, Task, encoder_and_preprocessor, _is_preprocessed
 from kbert.optimization import bert_adamw
-from kbert.preprocessing.preprocessor import Preprocessor
 
 _WORDS_SPEC = tf.RaggedTensorSpec([None, None], tf.string, ragged_rank=1, row_splits_dtype=tf.int64)
 
@@ -71,16 +70,7 @@ class Tagger(Task):
     """
 
     def __init__(self, encoder, labels, preprocessor, dropout=0.1, **kwargs):
-        if isinstance(encoder, dict):
-            encoder = keras.saving.deserialize_keras_object(encoder)
-        if isinstance(preprocessor, dict):
-            preprocessor = keras.saving.deserialize_keras_object(preprocessor)
-        if not isinstance(encoder, Encoder):
-            raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
-        if not isinstance(preprocessor, Preprocessor):
-            raise TypeError(
-                f"`preprocessor` must be a kbert.Preprocessor, got {type(preprocessor).__name__}."
-            )
+        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
         check_compatible(encoder, preprocessor)
         labels = _check_labels(labels)
 
@@ -147,13 +137,6 @@ class Tagger(Task):
             if kwargs.get("weighted_metrics") is None:
                 kwargs["weighted_metrics"] = [keras.metrics.SparseCategoricalAccuracy("accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    def compile_from_config(self, config):
-        # Keras skips this for models that override `compile`; ours takes the
-        # saved optimizer, loss and metrics as they are.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
 
     # Preprocessing, in TensorFlow ops.
     def pack_words(self, words):

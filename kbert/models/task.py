@@ -144,12 +144,37 @@ class Task(keras.Model):
         total = None if steps is None else steps * max(epochs, 1)
         start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
 
+    def compile_from_config(self, config):
+        # Keras skips this for models that override `compile`; ours takes the
+        # saved optimizer, loss and metrics as they are.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def get_config(self):
         return {
             "name": self.name,
             "trainable": self.trainable,
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
         }
+
+
+def encoder_and_preprocessor(encoder, preprocessor):
+    """A task's encoder and preprocessor, deserialized from a config when they come as dicts, and checked."""
+    from kbert.models.encoder import Encoder
+    from kbert.preprocessing.preprocessor import Preprocessor
+
+    if isinstance(encoder, dict):
+        encoder = keras.saving.deserialize_keras_object(encoder)
+    if isinstance(preprocessor, dict):
+        preprocessor = keras.saving.deserialize_keras_object(preprocessor)
+    if not isinstance(encoder, Encoder):
+        raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
+    if not isinstance(preprocessor, Preprocessor):
+        raise TypeError(
+            f"`preprocessor` must be a kbert.Preprocessor, got {type(preprocessor).__name__}."
+        )
+    return encoder, preprocessor
 
 
 def _is_pair_spec(spec):
