@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean peer-venv
 
 $(INSTALLED): requirements.txt requirements-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ demo: $(INSTALLED)
 	$(BIN)/kbert demo
 
 test: $(INSTALLED)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 tests
+
+# The peers of benchmarks/quality.py (PyTorch, transformers), apart from kbert's environment.
+peer-venv: benchmarks/requirements.txt
+	$(PYTHON) -m venv benchmarks/.peer-venv
+	benchmarks/.peer-venv/bin/python -m pip install --quiet -r benchmarks/requirements.txt
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -195,6 +195,9 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     keras.utils.set_random_seed(seed)
     encoder, vocabulary = resolve_encoder(encoder, vocabulary)
     model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate)
+    schedule = getattr(model.optimizer, "_learning_rate", None)
+    # The rate used, also when it is the model's default for the encoder width.
+    settings["learning_rate"] = getattr(schedule, "peak_learning_rate", learning_rate)
     x, y = take(*load_split(name, info.splits[0]), max_examples, seed)
     callbacks = [
         kbert.callbacks.LearningRateLogger(),

@@ -82,3 +82,12 @@ class BertAdamW(keras.optimizers.AdamW):
 def bert_adamw(learning_rate, weight_decay=0.01):
     """BERT's fine-tuning optimiser with a `WarmupLinearDecay` schedule."""
     return BertAdamW(learning_rate=WarmupLinearDecay(learning_rate), weight_decay=weight_decay)
+
+
+def default_learning_rate(hidden_dim):
+    """Peak fine-tuning learning rate: 5e-5 for BERT-base, higher for smaller encoders.
+
+    Small BERTs fine-tune best at larger rates (Turc et al., 2019, searched
+    1e-4 to 3e-5); the rate scales with the inverse square root of the width.
+    """
+    return float(min(5e-5 * (768 / hidden_dim) ** 0.5, 2e-4))

@@ -15,13 +15,18 @@ from kbert.presets import PRESETS
 
 
 def build_encoder_and_preprocessor(
-    encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+    encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout=None
 ):
     """Resolves `encoder` (preset name, checkpoint or `Encoder`) and its preprocessor.
 
     A name that is not a preset is a pretrained checkpoint (a folder or a name
     `kbert.load_pretrained` knows): it brings its own vocabulary and casing.
+    `dropout`, the task head's rate, is also the rate inside an encoder built
+    here, unless `encoder_kwargs` sets its own (BERT uses one rate throughout).
     """
+    encoder_kwargs = dict(encoder_kwargs)
+    if dropout is not None and isinstance(encoder, str):
+        encoder_kwargs.setdefault("dropout", dropout)
     if isinstance(encoder, str) and encoder not in PRESETS:
         if not os.path.exists(encoder) and encoder.lower() not in KNOWN_CHECKPOINTS:
             raise ValueError(
@@ -116,10 +121,8 @@ def classifier(
     >>> clf.predict(["free prize"]).shape
     (1, 2)
     """
-    if isinstance(encoder, str):
-        encoder_kwargs.setdefault("dropout", dropout)  # BERT uses one rate throughout.
     encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout
     )
     return Classifier(
         encoder,
@@ -231,10 +234,8 @@ def tagger(
     """
     if labels is None:
         raise ValueError("Give the tag `labels`, e.g. kbert.data.CONLL2003_LABELS.")
-    if isinstance(encoder, str):
-        encoder_kwargs.setdefault("dropout", dropout)  # BERT uses one rate throughout.
     encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout
     )
     return Tagger(encoder, labels=labels, preprocessor=preprocessor, dropout=dropout)
 
@@ -275,10 +276,8 @@ def multiple_choice(
     >>> mc.predict_choice((["she opened"], [["the door", "he sat down"]]), verbose=0).shape
     (1,)
     """
-    if isinstance(encoder, str):
-        encoder_kwargs.setdefault("dropout", dropout)  # BERT uses one rate throughout.
     encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
+        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout
     )
     return MultipleChoice(encoder, num_choices=num_choices, preprocessor=preprocessor, dropout=dropout)
 

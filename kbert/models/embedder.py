@@ -2,7 +2,6 @@
 
 import keras
 
-from kbert.models.classifier import check_compatible
 from kbert.models.task import Task, encoder_and_preprocessor
 
 POOLINGS = ("mean", "cls", "pooled")
@@ -55,7 +54,6 @@ class Embedder(Task):
 
     def __init__(self, encoder, preprocessor, pooling="mean", normalize=False, feature_layers=(-1,), **kwargs):
         encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
-        check_compatible(encoder, preprocessor)
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         feature_layers = _check_feature_layers(feature_layers, encoder.num_layers)

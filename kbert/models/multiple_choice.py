@@ -4,10 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.models.classifier import check_compatible, default_learning_rate
 from kbert.models.encoder import bert_initializer
 from kbert.models.task import Task, encoder_and_preprocessor, _as_text_array, _is_preprocessed
-from kbert.optimization import bert_adamw
 
 # Questions per batch; each is `num_choices` sequences. BERT fine-tuned SWAG with 16.
 DEFAULT_BATCH_SIZE = 16
@@ -58,7 +56,6 @@ class MultipleChoice(Task):
         encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
         if int(num_choices) != num_choices or num_choices < 2:
             raise ValueError(f"`num_choices` must be an integer of at least 2, got {num_choices!r}.")
-        check_compatible(encoder, preprocessor)
         num_choices = int(num_choices)
         sequence_length = preprocessor.sequence_length
 
@@ -91,25 +88,6 @@ class MultipleChoice(Task):
         self.num_choices = num_choices
         self.dropout = dropout
         self.compile()
-
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
-        """Compiles with BERT's fine-tuning defaults; any argument overrides them.
-
-        Args:
-            optimizer: `"auto"` for AdamW with warm-up and linear decay.
-            loss: `"auto"` for sparse categorical cross-entropy on the
-                choices' logits.
-            metrics: `"auto"` for accuracy.
-            learning_rate: the peak learning rate of the `"auto"` optimizer;
-                default 5e-5 for BERT-base, more for smaller encoders.
-        """
-        if optimizer == "auto":
-            optimizer = bert_adamw(learning_rate or default_learning_rate(self.encoder.hidden_dim))
-        if loss == "auto":
-            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        if metrics == "auto":
-            metrics = [keras.metrics.SparseCategoricalAccuracy("accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def check_targets(self, y):
         y = np.asarray(y)

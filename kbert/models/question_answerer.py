@@ -9,10 +9,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.metrics.squad import squad_scores
-from kbert.models.classifier import check_compatible, default_learning_rate
 from kbert.models.encoder import bert_initializer
 from kbert.models.task import DEFAULT_BATCH_SIZE, Task, encoder_and_preprocessor
-from kbert.optimization import bert_adamw
 
 MODEL_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Questions tokenized per call when counting the windows before training.
@@ -98,6 +96,8 @@ class QuestionAnswerer(Task):
     True
     """
 
+    uses_pooler = False  # outputs come from the sequence output
+
     def __init__(
         self,
         encoder,
@@ -110,7 +110,6 @@ class QuestionAnswerer(Task):
         **kwargs,
     ):
         encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
-        check_compatible(encoder, preprocessor)
         sequence_length = preprocessor.sequence_length
         for name, value in [
             ("doc_stride", doc_stride),
@@ -164,54 +163,19 @@ class QuestionAnswerer(Task):
 
     # --- Training setup ---------------------------------------------------
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
-        """Compiles with BERT's fine-tuning defaults; any argument overrides them.
+    def default_loss(self):
+        return {
+            name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            for name in ("start_logits", "end_logits")
+        }
 
-        Args:
-            optimizer: `"auto"` for AdamW with warm-up and linear decay.
-            loss: `"auto"` for the mean of the start and end sparse
-                categorical cross-entropies on logits.
-            metrics: `"auto"` for the accuracy of start and end positions.
-            learning_rate: the peak learning rate of the `"auto"` optimizer;
-                default 5e-5 for BERT-base, more for smaller encoders.
-        """
-        if optimizer == "auto":
-            optimizer = bert_adamw(learning_rate or default_learning_rate(self.encoder.hidden_dim))
-        if loss == "auto":
-            loss = {
-                name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-                for name in ("start_logits", "end_logits")
-            }
-            kwargs.setdefault("loss_weights", {"start_logits": 0.5, "end_logits": 0.5})
-        if metrics == "auto":
-            metrics = {
-                name: [keras.metrics.SparseCategoricalAccuracy("accuracy")]
-                for name in ("start_logits", "end_logits")
-            }
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
-
-    # The encoder's pooler is not on the path to the span logits: it would get
-    # no gradient, so it counts as frozen here (the encoder itself is unchanged).
-    def _is_pooler(self, weight):
-        return any(weight is pooler for pooler in self.encoder.pooler_dense.weights)
-
-    @property
-    def trainable_weights(self):
-        return [w for w in super().trainable_weights if not self._is_pooler(w)]
-
-    @property
-    def trainable_variables(self):
-        return [v for v in super().trainable_variables if not self._is_pooler(v)]
-
-    @property
-    def non_trainable_weights(self):
-        frozen = [w for w in super().trainable_weights if self._is_pooler(w)]
-        return super().non_trainable_weights + frozen
-
-    @property
-    def non_trainable_variables(self):
-        frozen = [v for v in super().trainable_variables if self._is_pooler(v)]
-        return super().non_trainable_variables + frozen
+    def default_metrics(self, compile_kwargs):
+        # The loss is the mean of the start and end cross-entropies.
+        compile_kwargs.setdefault("loss_weights", {"start_logits": 0.5, "end_logits": 0.5})
+        return {
+            name: [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+            for name in ("start_logits", "end_logits")
+        }
 
     # --- Windows (TensorFlow ops) -------------------------------------------
 

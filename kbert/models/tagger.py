@@ -1,17 +1,22 @@
 """Token tagging (named entities, parts of speech) on BERT's sequence output."""
 
-import warnings
-
 import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.metrics.entity_f1 import entity_scores
-from kbert.models.classifier import check_compatible, default_learning_rate
 from kbert.models.encoder import bert_initializer
-from kbert.models.task import DEFAULT_BATCH_SIZE, Task, encoder_and_preprocessor, _is_preprocessed
-from kbert.optimization import bert_adamw
+from kbert.models.task import (
+    DEFAULT_BATCH_SIZE,
+    LENGTH_GROUP_BATCHES,
+    Task,
+    _is_preprocessed,
+    encoder_and_preprocessor,
+    padded_length,
+    shuffle_batches,
+    sort_into_batches,
+)
 
 _WORDS_SPEC = tf.RaggedTensorSpec([None, None], tf.string, ragged_rank=1, row_splits_dtype=tf.int64)
 
@@ -26,7 +31,8 @@ class Tagger(Task):
     token. A word's label sits on its first token (as in BERT's CoNLL-2003
     experiments): the loss and accuracy count only first tokens, while other
     pieces, `[CLS]`, `[SEP]` and padding get sample weight 0. (The
-    encoder's pooler is not used: it gets no gradient and stays as it is.)
+    encoder's pooler is not used: it is left out of training and stays as
+    it is.)
 
     A sentence longer than `sequence_length - 2` tokens is split, between
     words, into several windows (each packed as `[CLS] ... [SEP]`), filled
@@ -38,7 +44,9 @@ class Tagger(Task):
     Preprocessing (tokenizing the words, splitting windows, packing, placing
     the labels) is TensorFlow ops on ragged tensors: it runs in `tf.data`
     during `fit` and `evaluate`, and in one `tf.function` with the model in
-    `predict`.
+    `predict`. A batch is padded to its longest window (rounded up to a
+    multiple of 8), and `fit` batches sentences of similar word counts
+    together, so short sentences train fast.
 
     `fit` and `evaluate` take `(sentences, tags)`, where tags are label
     strings or ids, or a `tf.data.Dataset` of `(words, tags)` (unbatched, or
@@ -69,9 +77,10 @@ class Tagger(Task):
     [4]
     """
 
+    uses_pooler = False  # outputs come from the sequence output
+
     def __init__(self, encoder, labels, preprocessor, dropout=0.1, **kwargs):
         encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
-        check_compatible(encoder, preprocessor)
         labels = _check_labels(labels)
 
         # === Layers ===
@@ -102,41 +111,18 @@ class Tagger(Task):
     def num_labels(self):
         return len(self.labels)
 
-    def fit(self, *args, **kwargs):
-        with warnings.catch_warnings():
-            # Tags come from the sequence output, so the encoder's pooler gets
-            # no gradient and stays as it is; Keras would warn at every fit.
-            warnings.filterwarnings(
-                "ignore",
-                message=r"Gradients do not exist for variables "
-                r"\['pooler_dense/kernel', 'pooler_dense/bias'\]",
-            )
-            return super().fit(*args, **kwargs)
+    def default_loss(self):
+        # Averaged over the tokens whose sample weight is not 0: the first
+        # token of each word.
+        return keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="mean_with_sample_weight"
+        )
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
-        """Compiles with BERT's fine-tuning defaults; any argument overrides them.
-
-        Args:
-            optimizer: `"auto"` for AdamW with warm-up and linear decay.
-            loss: `"auto"` for sparse categorical cross-entropy on logits,
-                averaged over the tokens whose sample weight is not 0 (the
-                first token of each word).
-            metrics: `"auto"` for the accuracy on those tokens (it sets
-                `weighted_metrics` unless that is given).
-            learning_rate: the peak learning rate of the `"auto"` optimizer;
-                default 5e-5 for BERT-base, more for smaller encoders.
-        """
-        if optimizer == "auto":
-            optimizer = bert_adamw(learning_rate or default_learning_rate(self.encoder.hidden_dim))
-        if loss == "auto":
-            loss = keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True, reduction="mean_with_sample_weight"
-            )
-        if metrics == "auto":
-            metrics = None
-            if kwargs.get("weighted_metrics") is None:
-                kwargs["weighted_metrics"] = [keras.metrics.SparseCategoricalAccuracy("accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+    def default_metrics(self, compile_kwargs):
+        # Accuracy on the first tokens of words, as a weighted metric.
+        if compile_kwargs.get("weighted_metrics") is None:
+            compile_kwargs["weighted_metrics"] = [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+        return None
 
     # Preprocessing, in TensorFlow ops.
     def pack_words(self, words):
@@ -165,10 +151,13 @@ class Tagger(Task):
             start_of_sequence_id=tokenizer.cls_token_id,
             end_of_segment_id=tokenizer.sep_token_id,
         )
+        # Padded to the longest window, not to `sequence_length`: the
+        # logits of real tokens do not depend on the padding.
+        width = tf.minimum(padded_length(tf.reduce_max(token_ids.row_lengths())), sequence_length)
         token_ids, padding_mask = tf_text.pad_model_inputs(
-            token_ids, sequence_length, pad_value=tokenizer.pad_token_id
+            token_ids, width, pad_value=tokenizer.pad_token_id
         )
-        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, sequence_length, pad_value=0)
+        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, width, pad_value=0)
         inputs = {
             "token_ids": tf.cast(token_ids, tf.int32),
             "segment_ids": tf.cast(segment_ids, tf.int32),
@@ -264,11 +253,16 @@ class Tagger(Task):
         weights = _ragged([weights[i] for i in keep], tf.float32)
         dataset = tf.data.Dataset.from_tensor_slices((words, tag_ids, weights))
         if shuffle:
+            # Batches of sentences with similar word counts: little padding.
             dataset = dataset.shuffle(len(keep), reshuffle_each_iteration=True)
-        dataset = dataset.ragged_batch(batch_size)
-        return dataset.map(
-            _no_autograph(self._training_example), num_parallel_calls=tf.data.AUTOTUNE
-        ).prefetch(tf.data.AUTOTUNE)
+            dataset = dataset.ragged_batch(batch_size * LENGTH_GROUP_BATCHES)
+            dataset = sort_into_batches(dataset, lambda words, *_: words.row_lengths(), batch_size)
+        else:
+            dataset = dataset.ragged_batch(batch_size)
+        dataset = dataset.map(_no_autograph(self._training_example), num_parallel_calls=tf.data.AUTOTUNE)
+        if shuffle:
+            dataset = shuffle_batches(dataset, batch_size, len(keep))
+        return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _tag_ids(self, tags, lengths):
         """Label ids of each sentence's tags (strings or ids), checked against the words."""

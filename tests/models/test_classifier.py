@@ -44,7 +44,7 @@ def test_fit_predict_save_on_text_pairs(tmp_path):
 def test_learns_a_separable_task():
     # Seeded: from some initial weights 15 epochs of this tiny model are not
     # enough, and a test must not depend on the draw.
-    keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(2)
     model = tiny_classifier(sequence_length=8)
     model.compile(learning_rate=3e-3)
     texts = ["good film", "bad film", "a good cat", "a bad cat"] * 8
@@ -61,6 +61,44 @@ def test_accepts_tf_data_batched_or_not():
     model.fit(unbatched.batch(2), epochs=1, verbose=0)
     logits = model.predict(tf.data.Dataset.from_tensor_slices(TEXTS), verbose=0)
     np.testing.assert_allclose(logits, model.predict(TEXTS, verbose=0), atol=1e-5)
+
+
+def test_batches_are_padded_to_their_longest_text():
+    model = tiny_classifier(sequence_length=32)
+    texts = ["a good film"] * 3 + ["the cat sat on the mat " * 5]
+    widths = [batch["token_ids"].shape[1] for batch in model._dataset(texts, batch_size=2)]
+    # 5 tokens round up to 8; the long text fills its batch's 32.
+    assert widths == [8, 32]
+    full = kbert.Classifier.from_config(model.get_config())
+    full.set_weights(model.get_weights())
+    full.pads_to_longest = False
+    assert [b["token_ids"].shape[1] for b in full._dataset(texts, batch_size=2)] == [32, 32]
+    # Padding does not change the outputs.
+    np.testing.assert_allclose(
+        model.predict(texts, batch_size=2, verbose=0), full.predict(texts, batch_size=2, verbose=0), atol=1e-5
+    )
+
+
+def test_training_batches_group_similar_lengths():
+    model = tiny_classifier(sequence_length=32)
+    lengths = np.random.default_rng(0).integers(1, 30, size=300)
+    texts = [" ".join(["cat"] * int(n)) for n in lengths]
+    labels = (lengths % 2).tolist()
+    dataset = model._dataset(texts, labels, batch_size=10, shuffle=True)
+    assert int(dataset.cardinality()) == 30
+    seen, padded = [], 0
+    for features, batch_labels in dataset:
+        real = features["padding_mask"].numpy().sum(axis=1)
+        padded += features["padding_mask"].numpy().size
+        # Labels travel with their texts: n words, label n % 2.
+        assert ((real - 2) % 2 == batch_labels.numpy()).all()
+        seen.extend(real - 2)
+    assert sorted(seen) == sorted(lengths.tolist())  # every text once
+    # Sorted groups leave little padding (random batches of 10 would nearly
+    # all reach 32 tokens).
+    assert padded < 0.7 * 300 * 32
+    history = model.fit(texts, labels, batch_size=10, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
 
 
 def test_probabilities_and_classes_agree_with_logits():

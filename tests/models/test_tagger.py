@@ -1,4 +1,5 @@
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -46,7 +47,7 @@ def trained():
     keras.utils.set_random_seed(0)
     model = tiny_tagger(sequence_length=10, dropout=0.0)
     model.compile(learning_rate=3e-3)
-    history = model.fit(SENTENCES * 24, TAGS * 24, batch_size=8, epochs=4, verbose=0)
+    history = model.fit(SENTENCES * 24, TAGS * 24, batch_size=8, epochs=8, verbose=0)
     return model, history.history["loss"]
 
 
@@ -55,13 +56,31 @@ def test_labels_sit_on_first_pieces_of_the_built_dataset(model):
     tags = [["O", "B-ANIMAL", "O"], ["B-ANIMAL", "O", "B-THING"]]
     (x, y, weight), = list(model._dataset(sentences, tags, batch_size=2))
     tokens = [[token(model, i) for i in row] for row in x["token_ids"].numpy()]
-    assert tokens[0] == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]", "[PAD]", "[PAD]", "[PAD]", "[PAD]"]
+    # Padded to the longest window rounded up to 8, not to sequence_length 10.
+    assert tokens[0] == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]", "[PAD]", "[PAD]"]
     # "sitting" is not in the vocabulary: one [UNK]; the empty word gets an [UNK] too.
-    assert tokens[1] == ["[CLS]", "dog", "##s", "[UNK]", "[UNK]", "[SEP]", "[PAD]", "[PAD]", "[PAD]", "[PAD]"]
-    np.testing.assert_array_equal(weight.numpy(), [[0, 1, 1, 0, 1, 0, 0, 0, 0, 0], [0, 1, 0, 1, 1, 0, 0, 0, 0, 0]])
-    np.testing.assert_array_equal(y.numpy(), [[0, 0, 1, 0, 0, 0, 0, 0, 0, 0], [0, 1, 0, 0, 3, 0, 0, 0, 0, 0]])
+    assert tokens[1] == ["[CLS]", "dog", "##s", "[UNK]", "[UNK]", "[SEP]", "[PAD]", "[PAD]"]
+    np.testing.assert_array_equal(weight.numpy(), [[0, 1, 1, 0, 1, 0, 0, 0], [0, 1, 0, 1, 1, 0, 0, 0]])
+    np.testing.assert_array_equal(y.numpy(), [[0, 0, 1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 3, 0, 0, 0]])
     np.testing.assert_array_equal(x["padding_mask"].numpy().sum(-1), [6, 6])
     assert not x["segment_ids"].numpy().any()
+
+
+def test_training_batches_group_sentences_of_similar_length():
+    model = tiny_tagger(sequence_length=32)
+    counts = np.random.default_rng(0).integers(1, 25, size=200)
+    sentences = [["cat"] * int(n) for n in counts]
+    tags = [["B-ANIMAL"] + ["I-ANIMAL"] * (int(n) - 1) for n in counts]
+    dataset = model._dataset(sentences, tags, batch_size=10, shuffle=True)
+    assert int(dataset.cardinality()) == 20
+    seen, padded = [], 0
+    for x, y, weight in dataset:
+        seen.extend(weight.numpy().sum(axis=1).astype(int))
+        padded += x["padding_mask"].numpy().size
+        # The tags stay with their words: B on the first word only.
+        assert ((y.numpy() == 1).sum(axis=1) == 1).all()
+    assert sorted(seen) == sorted(counts.tolist())  # every sentence once
+    assert padded < 0.7 * 200 * 32  # random batches of 10 would nearly all reach 32
 
 
 def test_long_sentence_is_split_into_windows_and_put_back():
@@ -126,7 +145,7 @@ def test_save_and_load_predict_the_same(trained, tmp_path):
         np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert restored.predict(SENTENCES, verbose=0) == TAGS
     # The optimizer comes back with its state and schedule, ready to train on.
-    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 4 * 12
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 8 * 12
     assert isinstance(restored.optimizer._learning_rate, WarmupLinearDecay)
     history = restored.fit(SENTENCES, TAGS, batch_size=2, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
@@ -148,6 +167,22 @@ def test_config_round_trip():
     inputs, _ = model.pack_words(tf.ragged.constant([["the", "cats"], ["sat"]]))
     restored = run_config_round_trip(model, inputs)
     assert restored.labels == LABELS and restored.dropout == 0.3
+
+
+def test_pooler_is_frozen_and_fit_does_not_warn(model):
+    # Tags come from the sequence output: the pooler gets no gradient, so it
+    # is left out of training instead of drawing Keras' missing-gradient warning.
+    pooler = {id(w) for w in model.encoder.pooler_dense.weights}
+    assert not pooler & {id(w) for w in model.trainable_weights}
+    assert pooler <= {id(w) for w in model.non_trainable_weights}
+    assert len(model.weights) == len(model.trainable_weights) + len(model.non_trainable_weights)
+    before = [w.numpy() for w in model.encoder.pooler_dense.weights]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(SENTENCES, TAGS, batch_size=2, epochs=1, verbose=0)
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
+    for old, weight in zip(before, model.encoder.pooler_dense.weights):
+        np.testing.assert_array_equal(old, weight.numpy())
 
 
 def built(dataset):
