@@ -19,6 +19,7 @@ it with `make peer-venv`), reporting accuracy and training examples/s.
     .venv/bin/python benchmarks/quality.py                  # about 2 hours on 2 cores
     .venv/bin/python benchmarks/quality.py --quick          # minutes: a smoke run
     .venv/bin/python benchmarks/quality.py --tasks rte mrpc --no-peer
+    .venv/bin/python benchmarks/quality.py --tasks squad --no-peer --merge   # add to the JSON
 """
 
 import argparse
@@ -67,9 +68,12 @@ def main():
     add_arguments(parser, default_tasks=list(BUDGETS))
     parser.add_argument("--no-peer", action="store_true", help="skip the side-by-side with transformers")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "quality.json"))
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the results already in --out (tasks and side by side) and add this run's")
     args = parser.parse_args()
 
-    results = run_tasks(args, BUDGETS)
+    earlier = json.loads(Path(args.out).read_text()) if args.merge and Path(args.out).exists() else None
+    results = run_tasks(args, BUDGETS, earlier)
     results["published"] = PUBLISHED
     if not args.no_peer:
         results["side_by_side"] = side_by_side(args)

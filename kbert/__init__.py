@@ -12,6 +12,7 @@ The pipeline, in the order data takes it:
 - pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
   raw documents), `Pretrainer`, `callbacks.standard` (TensorBoard,
   checkpoints, resume), `fill_mask`;
+- `export`: a task model as a versioned SavedModel that TF Serving serves on raw text;
 - `data`: readers for the canonical data sets; `metrics`: how each task is scored.
 """
 
@@ -23,6 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 
 from kbert import callbacks, checkpoints, data, metrics  # noqa: E402
+from kbert.serving import export  # noqa: E402
 from kbert.checkpoints import load_pretrained, save_pretrained  # noqa: E402
 from kbert.data.pretraining import pretraining_dataset, prepare_pretraining_data  # noqa: E402
 from kbert.models.classifier import Classifier  # noqa: E402
@@ -73,6 +75,7 @@ __all__ = [
     "classifier",
     "data",
     "embedder",
+    "export",
     "fill_mask",
     "learn_vocabulary",
     "load_pretrained",

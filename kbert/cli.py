@@ -9,7 +9,7 @@ def _demo(args):
 
     demo.run(preset=args.preset, epochs=args.epochs, sequence_length=args.sequence_length,
              learning_rate=args.learning_rate, pretraining_steps=args.pretraining_steps,
-             verbose=2 if args.quiet else 1)
+             export_dir=args.export_dir, verbose=2 if args.quiet else 1)
 
 
 def _vocabulary(args):
@@ -163,6 +163,30 @@ def _print_metrics(result):
             print(f"  {key:<16} {value:.4f}")
 
 
+def _export(args):
+    import os
+
+    import kbert
+
+    model = kbert.load_model(args.model)
+    text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
+    path = kbert.export(model, os.path.join(args.out, args.name), version=args.version,
+                        overwrite=args.overwrite, text_pairs=text_pairs)
+    kbert.serving.check_ops(path)
+    print(f"Exported {type(model).__name__} to {path} (signatures serving_default, from_token_ids, "
+          "from_tf_example; every op is one TF Serving has)")
+
+
+def _predict(args):
+    import json
+
+    from kbert.serving import SavedModelPredictor
+
+    predictor = SavedModelPredictor(args.saved_model)
+    for example in predictor.predict_texts(args.texts):
+        print(json.dumps(example, ensure_ascii=False))
+
+
 def _presets(args):
     from kbert.presets import PRESETS, parameter_count
 
@@ -187,6 +211,8 @@ def build_parser():
     demo.add_argument("--learning-rate", type=float, default=1e-3)
     demo.add_argument("--pretraining-steps", type=int, default=150,
                       help="steps of the closing pretraining example (0 skips it)")
+    demo.add_argument("--export-dir", default="saved_models",
+                      help="export the spam model to EXPORT_DIR/spam/<version> ('' skips the export)")
     demo.add_argument("--quiet", action="store_true", help="one line per epoch")
     demo.set_defaults(run=_demo)
 
@@ -271,6 +297,22 @@ def build_parser():
     evaluate.add_argument("--max-examples", type=int, default=None)
     evaluate.add_argument("--out", help="write the metrics to this JSON file")
     evaluate.set_defaults(run=_evaluate)
+
+    export = commands.add_parser("export", help="write a trained model as a SavedModel for TF Serving")
+    export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
+    export.add_argument("--name", required=True, help="the model's name: writes OUT/NAME/VERSION/")
+    export.add_argument("--out", default="saved_models")
+    export.add_argument("--version", type=int, default=None, help="default: one more than the highest")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    export.add_argument("--texts", choices=("single", "pairs"), default=None,
+                        help="for a classifier or embedder: single texts or pairs (default: as trained)")
+    export.set_defaults(run=_export)
+
+    predict = commands.add_parser("predict", help="run an exported SavedModel on texts (one JSON line each)")
+    predict.add_argument("saved_model", help="a model folder of versions (saved_models/spam) or a version folder")
+    predict.add_argument("texts", nargs="+", help="texts, grouped per example in the model's input order: "
+                                                  "text [text_pair] | question context | context choice...")
+    predict.set_defaults(run=_predict)
 
     presets = commands.add_parser("presets", help="list encoder sizes and parameter counts")
     presets.add_argument("--vocabulary-size", type=int, default=30522)

@@ -119,3 +119,19 @@ def test_train_explains_a_bad_encoder(tmp_path, capsys):
     assert cli.main(["train", "sst2", "--encoder", str(tmp_path / "nothing"), "--out",
                      str(tmp_path / "run")]) == 2
     assert "Unknown preset" in capsys.readouterr().err
+
+
+def test_export_writes_versions_that_predict_reads(tmp_path, capsys):
+    model = kbert.classifier("tiny", num_classes=2, vocabulary=VOCABULARY, sequence_length=16,
+                             class_names=["ham", "spam"], num_layers=1, hidden_dim=16, num_heads=2,
+                             intermediate_dim=32)
+    model.fit(["the cat", "a dog"], [0, 1], epochs=1, verbose=0)
+    model.save(str(tmp_path / "spam.keras"))
+    out = str(tmp_path / "saved_models")
+    assert cli.main(["export", str(tmp_path / "spam.keras"), "--name", "spam", "--out", out]) == 0
+    assert "saved_models/spam/1" in capsys.readouterr().out
+    assert cli.main(["export", str(tmp_path / "spam.keras"), "--name", "spam", "--out", out, "--version", "1"]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert cli.main(["predict", out + "/spam", "the cat", "a dog"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all('"labels"' in line for line in lines)

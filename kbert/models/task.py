@@ -59,9 +59,16 @@ class Task(keras.Model):
     # to False: the pooler would get no gradient, so it counts as frozen.
     uses_pooler = True
 
-    def __init__(self, *args, preprocessor=None, **kwargs):
+    def __init__(self, *args, preprocessor=None, text_pairs=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.preprocessor = preprocessor
+        # Whether the model reads single texts or text pairs: recorded from the
+        # first texts it is given (and saved), so an export knows its inputs.
+        self.text_pairs = None if text_pairs is None else bool(text_pairs)
+
+    def _record_text_pairs(self, is_pair):
+        if self.text_pairs is None:
+            self.text_pairs = bool(is_pair)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
         """Compiles with BERT's fine-tuning defaults; any argument overrides them.
@@ -127,11 +134,13 @@ class Task(keras.Model):
                 return dataset  # Keras' own evaluate inside fit, for one.
             first = dataset.element_spec
             first = first[0] if isinstance(first, tuple) and not _is_pair_spec(first) else first
+            self._record_text_pairs(_is_pair_spec(first))
             first = split_segments(first)[0][0]
             if first.shape.rank == 0:
                 dataset = dataset.batch(batch_size)
         else:
             segments, is_pair = split_segments(x)
+            self._record_text_pairs(is_pair)
             segments = [_as_text_array(s) for s in segments]
             count = _num_examples(segments)
             features = tuple(segments) if is_pair else segments[0]
@@ -231,6 +240,7 @@ class Task(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+            "text_pairs": self.text_pairs,
         }
 
 
@@ -280,7 +290,8 @@ def _padding_lengths(features, *rest):
 def _cut_padding(features, *rest):
     """Cuts the padding of a batch of model inputs to `padded_length` of its longest example."""
     mask = features["padding_mask"]
-    longest = tf.reduce_max(tf.reduce_sum(mask, axis=-1))
+    # At least 1: an empty batch (a serving request) keeps a valid width.
+    longest = tf.maximum(tf.reduce_max(tf.reduce_sum(mask, axis=-1)), 1)
     length = tf.minimum(padded_length(longest), tf.shape(mask)[-1])
     features = {name: value[..., :length] for name, value in features.items()}
     return (features, *rest) if rest else features

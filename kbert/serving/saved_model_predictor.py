@@ -1,0 +1,101 @@
+"""Calls an exported SavedModel on texts, as a client of the model server would."""
+
+import numpy as np
+import tensorflow as tf
+
+from kbert.serving.exporter import latest_version
+from kbert.serving.serving_module import SERVING_DEFAULT
+
+# The order texts are given in, for signatures with several inputs.
+INPUT_ORDER = ("text", "text_pair", "question", "context", "choices")
+
+
+class SavedModelPredictor:
+    """Runs an exported model's `serving_default` on texts; returns one dict per example.
+
+    Loads the SavedModel itself (the newest version of a model folder), not
+    the Keras model, so it answers as TF Serving would. Outputs padded to
+    the batch (a tagger's words, question answering's candidates) are cut
+    to each example's own `word_counts` / `candidate_counts`, and strings
+    are decoded.
+
+    Args:
+        path: a model folder of numbered versions (`saved_models/spam`)
+            or one version folder.
+
+    Example:
+    >>> predictor = kbert.serving.SavedModelPredictor(path)  # doctest: +SKIP
+    >>> predictor.inputs
+    ['text']
+    >>> predictor.predict_texts(["WINNER!! claim your prize"])[0]["labels"]  # doctest: +SKIP
+    'spam'
+    """
+
+    def __init__(self, path):
+        self.path = latest_version(path)
+        self._loaded = tf.saved_model.load(self.path)
+        if SERVING_DEFAULT not in self._loaded.signatures:
+            raise ValueError(f"{self.path} has no '{SERVING_DEFAULT}' signature.")
+        self._signature = self._loaded.signatures[SERVING_DEFAULT]
+        specs = self._signature.structured_input_signature[1]
+        unknown = sorted(set(specs) - set(INPUT_ORDER))
+        if unknown:
+            raise ValueError(f"{self.path}: its serving_default takes inputs kbert does not know: {unknown}.")
+        self.inputs = [name for name in INPUT_ORDER if name in specs]
+        # Texts per example for each input: 1, or the number of choices.
+        self._widths = {name: (specs[name].shape[1] if specs[name].shape.rank == 2 else 1) for name in self.inputs}
+
+    def predict_texts(self, texts):
+        """Groups a flat list of texts into examples, in `inputs` order, and predicts.
+
+        A single-text model takes one text per example; a pair classifier
+        `text, text_pair`; question answering `question, context`; multiple
+        choice `context` then each choice.
+        """
+        per_example = sum(self._widths.values())
+        if not texts or len(texts) % per_example:
+            raise ValueError(
+                f"This model takes {per_example} texts per example ({self._describe()}); got {len(texts)}."
+            )
+        columns = {name: [] for name in self.inputs}
+        for start in range(0, len(texts), per_example):
+            position = start
+            for name in self.inputs:
+                width = self._widths[name]
+                value = texts[position : position + width]
+                columns[name].append(value if self._widths[name] > 1 else value[0])
+                position += width
+        return self.predict(columns)
+
+    def predict(self, columns):
+        """`columns`: `{input name: list of values}`; returns one dict of outputs per example."""
+        missing = [name for name in self.inputs if name not in columns]
+        if missing:
+            raise ValueError(f"Missing inputs {missing}; this model takes {self._describe()}.")
+        tensors = {name: tf.constant(columns[name], tf.string) for name in self.inputs}
+        outputs = {name: value.numpy() for name, value in self._signature(**tensors).items()}
+        return [_example(outputs, i) for i in range(len(columns[self.inputs[0]]))]
+
+    def _describe(self):
+        return ", ".join(f"{name} x{width}" if width > 1 else name for name, width in self._widths.items())
+
+
+def _example(outputs, index):
+    row = {name: value[index] for name, value in outputs.items()}
+    for count, prefix in (("word_counts", ("words", "tags", "tag_ids", "scores", "word_starts", "word_ends")),
+                          ("candidate_counts", ("candidate_",))):
+        if count in row:
+            for name in row:
+                if name != count and name.startswith(prefix):
+                    row[name] = row[name][: int(row[count])]
+    return {name: _plain(value) for name, value in row.items()}
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    value = np.asarray(value)
+    if value.dtype == object:
+        decoded = [v.decode("utf-8", errors="replace") for v in value.reshape(-1)]
+        return decoded[0] if value.ndim == 0 else np.asarray(decoded, dtype=object).reshape(value.shape).tolist()
+    return value.item() if value.ndim == 0 else value.tolist()

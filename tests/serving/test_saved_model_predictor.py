@@ -1,0 +1,56 @@
+"""`kbert predict` and SavedModelPredictor: texts to JSON answers from the SavedModel of every task."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kbert import cli
+from kbert.serving import SavedModelPredictor
+
+
+def predict_lines(capsys, path, texts):
+    assert cli.main(["predict", path, *texts]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+
+def test_a_classifier_answers_with_labels(exported, capsys):
+    model, path = exported["classifier"]
+    texts = ["the cat sat", "free prize now"]
+    lines = predict_lines(capsys, path.rsplit("/", 1)[0], texts)  # the model folder: its newest version
+    expected = model.predict_proba(texts, verbose=0)
+    np.testing.assert_allclose([line["probabilities"] for line in lines], expected, atol=1e-5)
+    assert [line["labels"] for line in lines] == [model.class_names[i] for i in expected.argmax(-1)]
+
+
+def test_pairs_questions_and_choices_are_grouped_in_input_order(exported, capsys):
+    model, path = exported["pair_classifier"]
+    lines = predict_lines(capsys, path, ["the cat", "sat", "a dog", "ran"])
+    expected = model.predict_proba((["the cat", "a dog"], ["sat", "ran"]), verbose=0)
+    np.testing.assert_allclose([line["probabilities"] for line in lines], expected, atol=1e-5)
+
+    model, path = exported["question_answerer"]
+    (answer,) = predict_lines(capsys, path, ["who sat ?", "the dog sat on the mat ."])
+    (expected,) = model.predict(questions=["who sat ?"], contexts=["the dog sat on the mat ."], verbose=0)
+    assert (answer["text"], answer["start"], answer["end"]) == (expected["text"], expected["start"], expected["end"])
+    assert len(answer["candidate_texts"]) == answer["candidate_counts"]
+
+    model, path = exported["multiple_choice"]
+    (choice,) = predict_lines(capsys, path, ["the cat", "sat", "dog"])
+    assert choice["choice_ids"] == int(model.predict_choice((["the cat"], [["sat", "dog"]]), verbose=0)[0])
+
+
+def test_tags_come_per_word_without_padding(exported, capsys):
+    _, path = exported["tagger"]
+    short, long = predict_lines(capsys, path, ["dogs !", "the cat sat on the mat ."])
+    assert short["words"] == ["dogs", "!"] and len(short["tags"]) == len(short["scores"]) == 2
+    assert long["words"] == ["the", "cat", "sat", "on", "the", "mat", "."]
+    assert long["word_starts"][-1] == 23 and long["word_ends"][-1] == 24
+
+
+def test_a_wrong_number_of_texts_is_explained(exported, capsys):
+    _, path = exported["question_answerer"]
+    assert cli.main(["predict", path, "a question without its context"]) == 2
+    assert "takes 2 texts per example (question, context); got 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="Missing inputs"):
+        SavedModelPredictor(path).predict({"question": ["who?"]})
