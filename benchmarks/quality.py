@@ -20,6 +20,7 @@ it with `make peer-venv`), reporting accuracy and training examples/s.
     .venv/bin/python benchmarks/quality.py --quick          # minutes: a smoke run
     .venv/bin/python benchmarks/quality.py --tasks rte mrpc --no-peer
     .venv/bin/python benchmarks/quality.py --tasks squad --no-peer --merge   # add to the JSON
+    .venv/bin/python benchmarks/quality.py --tasks --merge                     # the side by side only
 """
 
 import argparse

@@ -60,7 +60,8 @@ def main():
 def add_arguments(parser, default_tasks):
     parser.add_argument("--encoder", default="all-minilm-l6-v2",
                         help="a checkpoint (folder or name), a preset, or a `kbert pretrain` run folder")
-    parser.add_argument("--tasks", nargs="+", default=default_tasks, choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="*", default=default_tasks, choices=list(TASKS),
+                        help="tasks to run (none: only what follows them, e.g. the side by side)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="peak fine-tuning rate (default: each model's rule for the encoder width)")
