@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
 from kbert.models.encoder import Encoder, bert_initializer
+from kbert.models.task import FreezesUnusedPooler
 from kbert.optimization import bert_adamw, start_schedule_window
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
@@ -28,7 +29,7 @@ def default_pretraining_learning_rate(hidden_dim):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Pretrainer(keras.Model):
+class Pretrainer(FreezesUnusedPooler, keras.Model):
     """Pretrains a `kbert.Encoder` as BERT does: masked LM plus next-sentence prediction.
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
@@ -48,7 +49,7 @@ class Pretrainer(keras.Model):
       `"NotNext"` (B is a random segment); see `NEXT_SENTENCE_LABELS`. With
       `next_sentence=False` there is no NSP head and no `"nsp"` output (the
       MLM-only objective of RoBERTa); the encoder's pooler then gets no
-      gradient and stays as initialised (Keras warns about it).
+      gradient, so it is left out of training and stays as initialised.
 
     `fit` takes batches of `(x, y, sample_weight)`, where `x` is the inputs
     dict, `y = {"mlm": original token ids at the masked positions (0 on
@@ -87,6 +88,11 @@ class Pretrainer(keras.Model):
     >>> outputs["mlm"].shape, outputs["nsp"].shape
     (TensorShape([2, 2, 30]), TensorShape([2, 2]))
     """
+
+    @property
+    def uses_pooler(self):
+        # Only the next-sentence head reads the pooled [CLS] vector.
+        return getattr(self, "next_sentence_head", "not built yet") is not None
 
     def __init__(self, encoder, next_sentence=True, name=None, **kwargs):
         if isinstance(encoder, dict):

@@ -35,7 +35,39 @@ def _as_text_array(texts):
     return array.astype(bytes) if array.size and isinstance(array[0], bytes) else array.astype(str)
 
 
-class Task(keras.Model):
+class FreezesUnusedPooler:
+    """Mixin for models on an encoder: when `uses_pooler` is False, the pooler is not trained.
+
+    Models whose outputs do not come from the pooled `[CLS]` vector would
+    give the pooler no gradient (Keras warns about every step); its weights
+    count as non-trainable instead, and stay as they are.
+    """
+
+    uses_pooler = True
+
+    def _is_pooler(self, weight):
+        return not self.uses_pooler and any(weight is p for p in self.encoder.pooler_dense.weights)
+
+    @property
+    def trainable_weights(self):
+        return [w for w in super().trainable_weights if not self._is_pooler(w)]
+
+    @property
+    def trainable_variables(self):
+        return [v for v in super().trainable_variables if not self._is_pooler(v)]
+
+    @property
+    def non_trainable_weights(self):
+        frozen = [w for w in super().trainable_weights if self._is_pooler(w)]
+        return super().non_trainable_weights + frozen
+
+    @property
+    def non_trainable_variables(self):
+        frozen = [v for v in super().trainable_variables if self._is_pooler(v)]
+        return super().non_trainable_variables + frozen
+
+
+class Task(FreezesUnusedPooler, keras.Model):
     """A functional Keras model with its `Preprocessor` attached.
 
     `fit`, `evaluate` and `predict` take raw strings: lists or NumPy arrays of
@@ -55,9 +87,6 @@ class Task(keras.Model):
     """
 
     pads_to_longest = False
-    # Models whose outputs do not come from the pooled [CLS] vector set this
-    # to False: the pooler would get no gradient, so it counts as frozen.
-    uses_pooler = True
 
     def __init__(self, *args, preprocessor=None, text_pairs=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -97,27 +126,6 @@ class Task(keras.Model):
     def default_metrics(self, compile_kwargs):
         """The `"auto"` metrics: accuracy. May set other `compile` arguments."""
         return [keras.metrics.SparseCategoricalAccuracy("accuracy")]
-
-    def _is_pooler(self, weight):
-        return not self.uses_pooler and any(weight is p for p in self.encoder.pooler_dense.weights)
-
-    @property
-    def trainable_weights(self):
-        return [w for w in super().trainable_weights if not self._is_pooler(w)]
-
-    @property
-    def trainable_variables(self):
-        return [v for v in super().trainable_variables if not self._is_pooler(v)]
-
-    @property
-    def non_trainable_weights(self):
-        frozen = [w for w in super().trainable_weights if self._is_pooler(w)]
-        return super().non_trainable_weights + frozen
-
-    @property
-    def non_trainable_variables(self):
-        frozen = [v for v in super().trainable_variables if self._is_pooler(v)]
-        return super().non_trainable_variables + frozen
 
     # Targets: subclasses check labels before any training step runs.
     def check_targets(self, y):

@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -91,12 +93,19 @@ def test_without_next_sentence_there_is_only_the_mlm_output():
     assert model.next_sentence_head is None
     assert not any("next_sentence" in w.path for w in model.weights)
     y, sample_weight = mlm_only(y, sample_weight)
-    history = model.fit(x, y, sample_weight=sample_weight, batch_size=2, epochs=3, verbose=0)
+    pooler = [w.numpy() for w in model.encoder.pooler_dense.weights]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(x, y, sample_weight=sample_weight, batch_size=2, epochs=3, verbose=0)
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
     assert sorted(history.history) == ["loss", "mlm_accuracy"]
     # With arrays, the learning-rate window is the batches they make.
     assert model.optimizer._learning_rate.get_config()["total_steps"] == 6
+    # Nothing reads the pooler without next-sentence prediction: it is not trained.
+    for before, after in zip(pooler, model.encoder.pooler_dense.weights):
+        np.testing.assert_array_equal(before, after.numpy())
     with_nsp = tiny_pretrainer()
-    assert len(with_nsp.trainable_weights) == len(model.trainable_weights) + 2
+    assert len(with_nsp.trainable_weights) == len(model.trainable_weights) + 2 + 2  # NSP head, pooler
 
 
 def test_output_projection_is_tied_to_the_token_embedding():
