@@ -167,15 +167,20 @@ class _TaggerTask:
         def per_text(flat, default):
             return words.with_flat_values(flat).to_tensor(default_value=default)
 
-        # Character offsets: the characters of the text before the word's bytes.
-        text_of_word = tf.gather(texts, words.value_rowids())
+        # Character offsets: how many characters of the text start before the
+        # word's byte offset (a search per text, linear in its length).
+        _, char_byte_starts = tf.strings.unicode_split_with_offsets(texts, "UTF-8")
+        char_byte_starts = char_byte_starts.to_tensor(default_value=tf.int64.max)
+        char_byte_starts = tf.pad(char_byte_starts, [[0, 0], [0, 1]], constant_values=tf.int64.max)
 
         def characters_before(byte_offsets):
-            prefix = tf.strings.substr(text_of_word, tf.zeros_like(byte_offsets), byte_offsets)
-            return tf.strings.length(prefix, unit="UTF8_CHAR")
+            # A padding column on both sides keeps the search valid for empty batches.
+            offsets = tf.pad(byte_offsets.to_tensor(), [[0, 0], [0, 1]])
+            counts = tf.searchsorted(char_byte_starts, offsets, side="left")[:, :-1]
+            return tf.RaggedTensor.from_tensor(counts, lengths=byte_offsets.row_lengths()).flat_values
 
-        char_starts = characters_before(byte_starts.flat_values)
-        char_ends = characters_before(byte_ends.flat_values)
+        char_starts = tf.cast(characters_before(byte_starts), tf.int32)
+        char_ends = tf.cast(characters_before(byte_ends), tf.int32)
         return {
             "words": per_text(words.flat_values, ""),
             "tags": per_text(tf.gather(tf.constant(model.labels), tag_ids), ""),
