@@ -81,11 +81,18 @@ class Preprocessor(PreprocessingLayer):
         segments, _ = split_segments(inputs)
         segments = [to_string_tensor(s, name="texts") for s in segments]
         scalar = segments[0].shape.rank == 0
+        if len(segments) > 1:
+            # A control dependency, so in a graph the check runs before the
+            # trimmer, which would fail first with a shape message of its own.
+            checks = [
+                tf.debugging.assert_equal(
+                    tf.size(s), tf.size(segments[0]), message="The texts of a pair must be as many."
+                )
+                for s in segments[1:]
+            ]
+            with tf.control_dependencies(checks):
+                segments = [tf.identity(s) for s in segments]
         token_ids = [self.tokenizer(s if not scalar else s[tf.newaxis]) for s in segments]
-        for ids in token_ids[1:]:
-            tf.debugging.assert_equal(
-                ids.nrows(), token_ids[0].nrows(), message="The texts of a pair must be as many."
-            )
         # [CLS] plus one [SEP] per segment.
         budget = self.sequence_length - 1 - len(token_ids)
         if budget < len(token_ids):
