@@ -21,7 +21,7 @@ demo: $(INSTALLED)
 	$(BIN)/kbert demo
 
 test: $(INSTALLED)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -n 2 --dist loadgroup tests
 
 # The peers of benchmarks/quality.py (PyTorch, transformers), apart from kbert's environment.
 peer-venv: benchmarks/requirements.txt
