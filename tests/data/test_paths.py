@@ -138,7 +138,10 @@ def test_plain_file_download(empty_data_dir, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "content, error", [(b"not a zip", "zip"), (zip_bytes({"other.txt": "x"}), "data.txt")]
+    "content, error",
+    [(b"not a zip", "zip"), (zip_bytes({"other.txt": "x"}), "data.txt")],
+    # Stable ids: a zip holds its build time, and test workers must collect the same names.
+    ids=["not-a-zip", "member-missing"],
 )
 def test_bad_archive_leaves_nothing(empty_data_dir, monkeypatch, content, error):
     serve(monkeypatch, content)
