@@ -22,6 +22,8 @@ def xdist_group_of(item):
     return "/".join(parts)
 
 
+# First, so pytest-xdist's own hook sees the groups when it reads them.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
