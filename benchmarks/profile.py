@@ -1,0 +1,116 @@
+"""Where kbert's time goes: TensorFlow profiler traces of the encoder, summed by op type.
+
+Runs `benchmarks/speed.py`'s inference or training-step workload for a few
+steps under `tf.profiler`, then reads the trace (the `.xplane.pb` that
+TensorBoard's profile plugin also opens: `--logdir`) and prints the share
+of op time per op type (MatMul, BatchMatMulV2, Erf, Softmax, ...) and the
+slowest single ops. Op times are summed over threads, so shares, not
+milliseconds, compare paths.
+
+    .venv/bin/python benchmarks/profile.py --preset base --workload inference
+    .venv/bin/python benchmarks/profile.py --preset base --workload train_step --precision bf16
+"""
+
+import argparse
+import collections
+import glob
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+sys.path.insert(0, str(Path(__file__).parent))
+import speed  # noqa: E402  (the workloads' models and inputs)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--workload", choices=("inference", "train_step"), default="inference")
+    parser.add_argument("--precision", choices=speed.PRECISIONS, default="fp32")
+    parser.add_argument("--library", choices=("kbert", "keras-hub"), default="kbert")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--logdir", default="/tmp/kbert-profile")
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--out", help="also write the summary as JSON here")
+    args = parser.parse_args()
+
+    job = speed.make_job(f"{args.library} {args.precision}", args.preset, [args.workload], None, quick=False)
+    if args.library == "keras-hub" and args.precision == "bf16":
+        speed.keras.config.set_dtype_policy("mixed_bfloat16")
+    step = build_step(job)
+    step()  # traced and warmed up outside the profile
+    step()
+    shutil.rmtree(args.logdir, ignore_errors=True)
+    tf.profiler.experimental.start(args.logdir)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    wall_ms = 1000 * (time.perf_counter() - start) / args.steps
+    tf.profiler.experimental.stop()
+
+    by_type, by_op, by_thread = op_times(args.logdir)
+    total = sum(by_type.values())
+    summary = {
+        "path": job["path"], "preset": args.preset, "workload": args.workload, "steps": args.steps,
+        "wall_ms_per_step": wall_ms, "op_ms_per_step": total / 1e9 / args.steps,
+        "op_type_share_percent": {k: 100 * v / total for k, v in by_type.most_common()},
+        "slowest_ops_ms_per_step": {k: v / 1e9 / args.steps for k, v in by_op.most_common(args.top)},
+    }
+    print(f"{args.library} {args.precision} {args.preset} {args.workload}: {wall_ms:.0f} ms per step; "
+          f"op time by type (summed over TF's {len(by_thread)} executor threads, which run ops side "
+          f"by side: {total / 1e9 / args.steps:.0f} ms per step)")
+    for name, share in list(summary["op_type_share_percent"].items())[:args.top]:
+        print(f"  {name:32s} {share:5.1f} %")
+    print("slowest ops (ms per step):")
+    for name, ms in summary["slowest_ops_ms_per_step"].items():
+        print(f"  {ms:8.1f}  {name[-110:]}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def build_step(job):
+    """One call of the workload, blocking until its result is computed."""
+    if job["workloads"] == ["inference"]:
+        if job["library"] == "kbert":
+            import kbert
+
+            model = kbert.Encoder.from_preset(job["preset"], vocabulary_size=job["vocabulary_size"],
+                                              dtype=speed.dtype_of(job))
+        else:
+            model = speed.keras_hub_backbone(job)
+        inputs = {k: tf.constant(v) for k, v in speed.random_inputs(job, job["inference_batch_size"]).items()}
+        forward = tf.function(lambda x: model(x, training=False)["sequence_output"])
+        return lambda: forward(inputs).numpy()
+    model = speed.classifier(job, with_preprocessor=False)
+    inputs = speed.random_inputs(job, job["train_batch_size"])
+    labels = np.random.default_rng(1).integers(0, 2, job["train_batch_size"])
+    return lambda: model.train_on_batch(inputs, labels)
+
+
+def op_times(logdir):
+    """Picoseconds of the TensorFlow ops in the trace, per op type, per op and per thread."""
+    by_type, by_op, by_thread = collections.Counter(), collections.Counter(), collections.Counter()
+    for path in glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(Path(path).read_bytes())
+        for plane in space.planes:
+            for line in plane.lines:
+                for event in line.events:
+                    name = plane.event_metadata[event.metadata_id].name
+                    # Graph ops are named "scope/op:OpType"; runtime events have no such form.
+                    op, _, op_type = name.rpartition(":")
+                    if op and op_type and " " not in name and "/" in op:
+                        by_type[op_type] += event.duration_ps
+                        by_op[name] += event.duration_ps
+                        by_thread[line.name] += event.duration_ps
+    return by_type, by_op, by_thread
+
+
+if __name__ == "__main__":
+    main()
