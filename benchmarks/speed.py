@@ -88,6 +88,8 @@ def main():
     parser.add_argument("--rounds", type=int, help="default: 2 (quick: 1)")
     parser.add_argument("--fine-tune-presets", nargs="+", default=list(FINE_TUNE_PRESETS),
                         help=f"presets the fine_tune workload runs for (default: {' '.join(FINE_TUNE_PRESETS)})")
+    parser.add_argument("--job-timeout", type=float, default=900,
+                        help="seconds one path's process may take; a slower one is left out of the table")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "speed.json"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -113,7 +115,7 @@ def main():
                     continue
                 for path in order:
                     job = make_job(path, preset, workloads, data, args.quick)
-                    result = run_job(job)
+                    result = run_job(job, args.job_timeout)
                     runs.append({"round": round_index, "preset": preset, "path": path, **result})
                     print(f"round {round_index + 1}/{rounds} {preset:5s} {path:14s} "
                           + "  ".join(f"{w} {rate_of(r):.2f}" for w, r in result["results"].items()),
@@ -175,14 +177,18 @@ def make_job(path, preset, workloads, data, quick):
     }
 
 
-def run_job(job):
-    """Runs one job in a fresh process and returns the JSON it prints last."""
+def run_job(job, job_timeout=None):
+    """Runs one job in a fresh process and returns the JSON it prints last (no results if timed out)."""
     if job.get("library") == "pytorch":
         command = [str(PEER_VENV / "bin" / "python"), str(Path(__file__).parent / "peers" / "hf_speed.py"),
                    json.dumps(job)]
     else:
         command = [sys.executable, __file__, "--worker", json.dumps(job)]
-    process = subprocess.run(command, capture_output=True, text=True)
+    try:
+        process = subprocess.run(command, capture_output=True, text=True, timeout=job_timeout)
+    except subprocess.TimeoutExpired:
+        # PyTorch's bf16 autocast without AVX-512 BF16 / AMX runs BERT-base for minutes a step.
+        return {"results": {}, "timed_out_after_seconds": job_timeout}
     if process.returncode:
         raise SystemExit(f"{job['path']} ({job.get('preset')}) failed:\n{process.stderr[-4000:]}")
     return json.loads(process.stdout.strip().splitlines()[-1])
