@@ -46,6 +46,8 @@ from pathlib import Path
 
 import keras
 
+from timing import timed
+
 PEER_VENV = Path(__file__).parent / ".peer-venv"
 VOCABULARY_SIZE = 30522
 SEQUENCE_LENGTH = 128
@@ -272,19 +274,6 @@ def matmul_peak(tf, job):
     matmul = tf.function(lambda: tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32)))
     seconds, _ = timed(lambda: matmul().numpy(), warmup=3, budget_seconds=5, min_steps=10)
     return {"gflops": 2 * tokens * hidden * 4 * hidden / seconds / 1e9, "hidden_dim": hidden}
-
-
-def timed(step, warmup, budget_seconds, min_steps):
-    """Seconds per call of `step`: the median after `warmup` calls, over at least `min_steps`."""
-    for _ in range(warmup):
-        step()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_steps or time.perf_counter() - start < budget_seconds:
-        begin = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times), len(times)
 
 
 def random_inputs(job, batch_size):

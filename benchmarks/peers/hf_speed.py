@@ -10,12 +10,14 @@ gives kbert and keras-hub, float32 or bfloat16 autocast.
 
 import json
 import os
-import statistics
 import sys
 import time
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from timing import timed  # noqa: E402  (benchmarks/timing.py, shared with speed.py)
 
 
 def config_of(job):
@@ -43,19 +45,6 @@ def random_batch(job, batch_size):
         "token_type_ids": torch.zeros(batch_size, length, dtype=torch.long),
         "attention_mask": torch.ones(batch_size, length, dtype=torch.long),
     }
-
-
-def timed(step, warmup, budget_seconds, min_steps):
-    """Seconds per call of `step`: the median after `warmup` calls, over at least `min_steps`."""
-    for _ in range(warmup):
-        step()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_steps or time.perf_counter() - start < budget_seconds:
-        begin = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times), len(times)
 
 
 def optimizer_of(model):
