@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -42,7 +43,7 @@ def main():
 
     job = speed.make_job(f"{args.library} {args.precision}", args.preset, [args.workload], None, quick=False)
     if args.library == "keras-hub" and args.precision == "bf16":
-        speed.keras.config.set_dtype_policy("mixed_bfloat16")
+        keras.config.set_dtype_policy("mixed_bfloat16")
     step = build_step(job)
     step()  # traced and warmed up outside the profile
     step()
