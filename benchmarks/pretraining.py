@@ -28,10 +28,10 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import kbert  # noqa: E402  (before keras: it sets TensorFlow's switches)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import kbert  # noqa: E402
 from kbert.data.paths import data_dir  # noqa: E402
 
 CORPUS = [

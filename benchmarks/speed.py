@@ -4,9 +4,12 @@ Every measurement runs in a fresh process, and the paths alternate: each
 round runs every path once per preset, the next round in reverse order, so
 a slow spell of the machine does not land on one path only. Paths:
 
-- kbert, float32 and `mixed_bfloat16` (`dtype=` of kbert's entry points);
+- kbert, float32 and `mixed_bfloat16` (`dtype=` of kbert's entry points),
+  as `import kbert` sets TensorFlow up (its oneDNN kernels on);
 - keras-hub's `BertBackbone` / `BertTextClassifier`, float32 and
-  `mixed_bfloat16`;
+  `mixed_bfloat16`, with TensorFlow's defaults (oneDNN only on CPUs with
+  AVX-512 VNNI or AMX; run `TF_ENABLE_ONEDNN_OPTS=1 ... speed.py` to give
+  it oneDNN too); the table's last line says which paths had oneDNN;
 - transformers' `BertModel` / `BertForSequenceClassification` on PyTorch,
   float32 and bfloat16 autocast (`benchmarks/peers/hf_speed.py`, run in
   `benchmarks/.peer-venv`: make it with `make peer-venv`).
@@ -44,9 +47,18 @@ import tempfile
 import time
 from pathlib import Path
 
-import keras
+# Each worker starts from the environment the benchmark was given, so a peer
+# runs TensorFlow as its own users get it; kbert's workers (and the matmul
+# peak) import kbert first, which sets its TensorFlow switches (oneDNN
+# kernels) before TensorFlow loads.
+USER_ENVIRONMENT = dict(os.environ)
+WORKER_JOB = json.loads(sys.argv[sys.argv.index("--worker") + 1]) if "--worker" in sys.argv else None
+if WORKER_JOB is None or WORKER_JOB.get("library", "kbert") == "kbert":
+    import kbert  # noqa: F401
 
-from timing import timed
+import keras  # noqa: E402
+
+from timing import timed  # noqa: E402
 
 PEER_VENV = Path(__file__).parent / ".peer-venv"
 VOCABULARY_SIZE = 30522
@@ -124,6 +136,10 @@ def main():
                           flush=True)
     rows = summarize(runs, peaks, presets, args.paths, args.workloads)
     print_table(rows, peaks)
+    onednn = {run["path"]: run["onednn"] for run in runs if "onednn" in run}
+    if onednn:
+        print("TensorFlow's oneDNN kernels: "
+              + ", ".join(f"{path} {'on' if on else 'off'}" for path, on in onednn.items()))
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()},
@@ -187,7 +203,8 @@ def run_job(job, job_timeout=None):
     else:
         command = [sys.executable, __file__, "--worker", json.dumps(job)]
     try:
-        process = subprocess.run(command, capture_output=True, text=True, timeout=job_timeout)
+        process = subprocess.run(command, capture_output=True, text=True, timeout=job_timeout,
+                                 env=USER_ENVIRONMENT)
     except subprocess.TimeoutExpired:
         # PyTorch's bf16 autocast without AVX-512 BF16 / AMX runs BERT-base for minutes a step.
         return {"results": {}, "timed_out_after_seconds": job_timeout}
@@ -259,7 +276,10 @@ def run_worker(job):
         if job["library"] == "keras-hub" and job["precision"] == "bf16":
             keras.config.set_dtype_policy("mixed_bfloat16")
         result = {"results": {w: WORKER_WORKLOADS[w](job) for w in job["workloads"]}}
+    from tensorflow.python.util import _pywrap_util_port
+
     result["versions"] = {"tensorflow": tf.__version__, "keras": keras.__version__}
+    result["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
     print(json.dumps(result))
 
 
@@ -304,8 +324,6 @@ def inference(job):
     import tensorflow as tf
 
     if job["library"] == "kbert":
-        import kbert
-
         model = kbert.Encoder.from_preset(job["preset"], vocabulary_size=job["vocabulary_size"],
                                           dtype=dtype_of(job))
     else:
@@ -321,8 +339,6 @@ def classifier(job, with_preprocessor):
     import keras_hub
 
     if job["library"] == "kbert":
-        import kbert
-
         return kbert.classifier(job["preset"], num_classes=2, vocabulary=job.get("vocabulary") or
                                 bert_vocabulary(), sequence_length=job["sequence_length"],
                                 dtype=dtype_of(job))

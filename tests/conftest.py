@@ -10,6 +10,10 @@ A group runs whole on one worker, so a fixture is built once per group:
 
 import pytest
 
+# Before any test module imports TensorFlow: the tests run with the settings
+# `import kbert` gives users (TensorFlow's oneDNN kernels on).
+import kbert  # noqa: F401
+
 FOLDER_GROUPS = ("serving", "checkpoints")
 
 
