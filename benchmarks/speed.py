@@ -32,7 +32,7 @@ times that), the share of the matmul peak measured in TensorFlow in the same
 run (BERT-base's feed-forward matmul, 4096 x 768 by 768 x 3072), and
 ratios of each kbert path to keras-hub and PyTorch at the same precision.
 
-    .venv/bin/python benchmarks/speed.py          # tiny, small, base; 2 rounds (~30 min)
+    .venv/bin/python benchmarks/speed.py          # tiny, small, base; 2 rounds (~47 min here)
     .venv/bin/python benchmarks/speed.py --quick  # tiny and small, 1 round, short budgets
 """
 
@@ -96,8 +96,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny and small, one round, short budgets")
     parser.add_argument("--presets", nargs="+", help="default: tiny small base (quick: tiny small)")
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=PATHS, metavar="PATH",
-                        help=f"default: all of {PATHS}")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, metavar="PATH",
+                        help=f"default: all of {PATHS}, but PyTorch bf16 for tiny only on a CPU "
+                             "without bf16 units (AVX-512 BF16 or AMX)")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, help="default: 2 (quick: 1)")
     parser.add_argument("--fine-tune-presets", nargs="+", default=list(FINE_TUNE_PRESETS),
@@ -109,6 +110,10 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return run_worker(json.loads(args.worker))
+    # Without bf16 units PyTorch's bf16 autocast runs BERT at a tenth of its
+    # float32 speed: past tiny, each such job would take many minutes.
+    tiny_only = set() if args.paths or has_bf16_units() else {"pytorch bf16"}
+    args.paths = args.paths or PATHS
 
     presets = args.presets or (["tiny", "small"] if args.quick else ["tiny", "small", "base"])
     rounds = args.rounds or (1 if args.quick else 2)
@@ -128,6 +133,8 @@ def main():
                 if not workloads:
                     continue
                 for path in order:
+                    if path in tiny_only and preset != "tiny":
+                        continue
                     job = make_job(path, preset, workloads, data, args.quick)
                     result = run_job(job, args.job_timeout)
                     runs.append({"round": round_index, "preset": preset, "path": path, **result})
@@ -136,6 +143,9 @@ def main():
                           flush=True)
     rows = summarize(runs, peaks, presets, args.paths, args.workloads)
     print_table(rows, peaks)
+    if tiny_only:
+        print(f"{', '.join(sorted(tiny_only))}: tiny only, this CPU has no bf16 units (name it in --paths "
+              "to run it for every preset)")
     onednn = {run["path"]: run["onednn"] for run in runs if "onednn" in run}
     if onednn:
         print("TensorFlow's oneDNN kernels: "
@@ -144,7 +154,8 @@ def main():
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()},
         "settings": {"sequence_length": SEQUENCE_LENGTH, "batch_sizes": BATCH_SIZES, "rounds": rounds,
-                     "fine_tune_presets": args.fine_tune_presets, "fine_tune_examples": FINE_TUNE_EXAMPLES,
+                     "fine_tune_presets": args.fine_tune_presets,
+                     "tiny_only_paths": sorted(tiny_only), "fine_tune_examples": FINE_TUNE_EXAMPLES,
                      "timing": QUICK_TIMING if args.quick else TIMING, "quick": args.quick},
         "matmul_peak_gflops": {p: peaks[p]["gflops"] for p in PRECISIONS},
         "rows": rows,
@@ -157,6 +168,15 @@ def main():
     partial.write_text(json.dumps(report, indent=2) + "\n")
     partial.replace(out)  # a whole report or the old one, never half of one
     print(f"{report['minutes']:.1f} min; JSON in {args.out}")
+
+
+def has_bf16_units():
+    """Whether the CPU has bf16 matmul instructions (AVX-512 BF16 or AMX); True when unknown."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def cpu_name():
