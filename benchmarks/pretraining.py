@@ -16,7 +16,7 @@
 
 Prints a table and writes JSON (default `benchmarks/results/pretraining.json`).
 
-    .venv/bin/python benchmarks/pretraining.py              # about an hour here
+    .venv/bin/python benchmarks/pretraining.py              # about 35 minutes here
     .venv/bin/python benchmarks/pretraining.py --quick      # a couple of minutes
 """
 
