@@ -23,7 +23,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if "tensorflow" not in sys.modules:
     # TensorFlow turns its oneDNN kernels on only on CPUs with AVX-512 VNNI or
-    # AMX; on the others (AVX2 Xeons, EPYCs) they run BERT 1.4-1.7x faster
+    # AMX; on the others (AVX2 Xeons, EPYCs) they run BERT up to 1.75x faster
     # than the default Eigen kernels (benchmarks/speed.py). The switch is read
     # once, when TensorFlow loads, so it is set only if kbert comes first;
     # `TF_ENABLE_ONEDNN_OPTS=0` keeps it off.
