@@ -24,6 +24,7 @@ import kbert  # noqa: E402  (before keras: it sets TensorFlow's switches)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from kbert.callbacks.atomic_files import write_atomically  # noqa: E402
 from kbert.fine_tuning import take  # noqa: E402
 
 PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16"}
@@ -65,9 +66,8 @@ def main():
     print_table(report["summary"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text(json.dumps(report, indent=2) + "\n")
-    partial.replace(out)
+    # A whole report or the old one, never half of one.
+    write_atomically(str(out), lambda path: Path(path).write_text(json.dumps(report, indent=2) + "\n"))
     print(f"JSON in {out}")
 
 

@@ -164,9 +164,10 @@ def main():
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text(json.dumps(report, indent=2) + "\n")
-    partial.replace(out)  # a whole report or the old one, never half of one
+    from kbert.callbacks.atomic_files import write_atomically
+
+    # A whole report or the old one, never half of one.
+    write_atomically(str(out), lambda path: Path(path).write_text(json.dumps(report, indent=2) + "\n"))
     print(f"{report['minutes']:.1f} min; JSON in {args.out}")
 
 
