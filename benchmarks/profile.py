@@ -20,7 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-import kbert  # noqa: F401  (first: it sets TensorFlow's switches, read when TensorFlow loads)
+# First: kbert sets TensorFlow's switches (oneDNN kernels), read when TensorFlow
+# loads, so both libraries are profiled with them.
+import kbert
 import keras
 import numpy as np
 import tensorflow as tf
