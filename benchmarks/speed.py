@@ -22,9 +22,10 @@ Workloads, for each preset (random weights; the shapes are the presets'):
   sentences (their real lengths, batch 32, tokenization included), each
   library as its users run it: kbert's `fit` on raw strings; keras-hub's
   `BertTextClassifier` with its default preprocessor; a PyTorch loop with
-  dynamic padding and the fast HF tokenizer. For tiny and small only unless
-  `--fine-tune-presets` says otherwise (keras-hub pads to 512 tokens, so one
-  of its BERT-base steps takes minutes on 2 cores).
+  dynamic padding and the fast HF tokenizer. For tiny and small only, and
+  keras-hub for tiny only, unless `--fine-tune-presets` says otherwise
+  (keras-hub pads every text to 512 tokens: one of its batches takes 30 s
+  at small and minutes at base on 2 cores).
 
 The table gives medians over rounds, GFLOP/s (a forward pass of L layers on
 T tokens is L * (2T(4H^2 + 2HI) + 4T^2 H) FLOPs; a training step three
@@ -32,7 +33,7 @@ times that), the share of the matmul peak measured in TensorFlow in the same
 run (BERT-base's feed-forward matmul, 4096 x 768 by 768 x 3072), and
 ratios of each kbert path to keras-hub and PyTorch at the same precision.
 
-    .venv/bin/python benchmarks/speed.py          # tiny, small, base; 2 rounds (~47 min here)
+    .venv/bin/python benchmarks/speed.py          # tiny, small, base; 2 rounds (34 min here)
     .venv/bin/python benchmarks/speed.py --quick  # tiny and small, 1 round, short budgets
 """
 
@@ -71,17 +72,20 @@ PATHS = [f"{library} {precision}" for library in LIBRARIES for precision in PREC
 # Per preset: warm-up steps, then timed steps for at least `budget_seconds`.
 TIMING = {
     "tiny": {"warmup": 3, "budget_seconds": 5, "min_steps": 5},
-    "small": {"warmup": 2, "budget_seconds": 8, "min_steps": 3},
-    "base": {"warmup": 1, "budget_seconds": 12, "min_steps": 2},
+    "small": {"warmup": 1, "budget_seconds": 3, "min_steps": 3},
+    # A BERT-base step takes 6-15 s, long enough that one step times it well.
+    "base": {"warmup": 1, "budget_seconds": 0, "min_steps": 1},
 }
 QUICK_TIMING = {
     "tiny": {"warmup": 2, "budget_seconds": 3, "min_steps": 3},
     "small": {"warmup": 1, "budget_seconds": 4, "min_steps": 2},
     "base": {"warmup": 1, "budget_seconds": 6, "min_steps": 1},
 }
-# keras-hub's classifier pads every text to its default 512 tokens: a BERT-base
-# step of 32 such texts takes minutes here, so base fine-tuning is opt-in.
+# keras-hub's classifier pads every text to its default 512 tokens: a batch of
+# 32 such texts takes 30 s at small and minutes at base here, so beyond tiny
+# its fine-tuning is opt-in (--fine-tune-presets), as base is for every path.
 FINE_TUNE_PRESETS = ("tiny", "small")
+KERAS_HUB_FINE_TUNE_PRESETS = ("tiny",)
 FINE_TUNE_EXAMPLES = 8192
 PEAK_HIDDEN_DIM = 768
 
@@ -101,8 +105,9 @@ def main():
                              "without bf16 units (AVX-512 BF16 or AMX)")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, help="default: 2 (quick: 1)")
-    parser.add_argument("--fine-tune-presets", nargs="+", default=list(FINE_TUNE_PRESETS),
-                        help=f"presets the fine_tune workload runs for (default: {' '.join(FINE_TUNE_PRESETS)})")
+    parser.add_argument("--fine-tune-presets", nargs="+",
+                        help=f"presets the fine_tune workload runs for, every path (default: "
+                             f"{' '.join(FINE_TUNE_PRESETS)}; keras-hub {' '.join(KERAS_HUB_FINE_TUNE_PRESETS)})")
     parser.add_argument("--job-timeout", type=float, default=900,
                         help="seconds one path's process may take; a slower one is left out of the table")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "speed.json"))
@@ -114,6 +119,8 @@ def main():
     # float32 speed: past tiny, each such job would take many minutes.
     tiny_only = set() if args.paths or has_bf16_units() else {"pytorch bf16"}
     args.paths = args.paths or PATHS
+    fine_tune_presets = {library: args.fine_tune_presets or list(
+        KERAS_HUB_FINE_TUNE_PRESETS if library == "keras-hub" else FINE_TUNE_PRESETS) for library in LIBRARIES}
 
     presets = args.presets or (["tiny", "small"] if args.quick else ["tiny", "small", "base"])
     rounds = args.rounds or (1 if args.quick else 2)
@@ -129,23 +136,25 @@ def main():
         for round_index in range(rounds):
             order = args.paths if round_index % 2 == 0 else args.paths[::-1]
             for preset in presets:
-                workloads = [w for w in args.workloads if w != "fine_tune" or preset in args.fine_tune_presets]
-                if not workloads:
-                    continue
                 for path in order:
-                    if path in tiny_only and preset != "tiny":
+                    workloads = [w for w in args.workloads
+                                 if w != "fine_tune" or preset in fine_tune_presets[path.split()[0]]]
+                    if not workloads or (path in tiny_only and preset != "tiny"):
                         continue
                     job = make_job(path, preset, workloads, data, args.quick)
                     result = run_job(job, args.job_timeout)
                     runs.append({"round": round_index, "preset": preset, "path": path, **result})
                     print(f"round {round_index + 1}/{rounds} {preset:5s} {path:14s} "
-                          + "  ".join(f"{w} {rate_of(r):.2f}" for w, r in result["results"].items()),
-                          flush=True)
+                          + "  ".join(f"{w} {rate_of(r):.2f}" for w, r in result["results"].items())
+                          + f"  ({result['process_seconds']:.0f} s)", flush=True)
     rows = summarize(runs, peaks, presets, args.paths, args.workloads)
     print_table(rows, peaks)
     if tiny_only:
         print(f"{', '.join(sorted(tiny_only))}: tiny only, this CPU has no bf16 units (name it in --paths "
               "to run it for every preset)")
+    if "fine_tune" in args.workloads and not args.fine_tune_presets:
+        print(f"fine_tune: {' '.join(FINE_TUNE_PRESETS)}, keras-hub {' '.join(KERAS_HUB_FINE_TUNE_PRESETS)} "
+              "only (its 512-token batches; --fine-tune-presets runs every path for the presets named)")
     onednn = {run["path"]: run["onednn"] for run in runs if "onednn" in run}
     if onednn:
         print("TensorFlow's oneDNN kernels: "
@@ -154,7 +163,7 @@ def main():
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()},
         "settings": {"sequence_length": SEQUENCE_LENGTH, "batch_sizes": BATCH_SIZES, "rounds": rounds,
-                     "fine_tune_presets": args.fine_tune_presets,
+                     "fine_tune_presets": fine_tune_presets,
                      "tiny_only_paths": sorted(tiny_only), "fine_tune_examples": FINE_TUNE_EXAMPLES,
                      "timing": QUICK_TIMING if args.quick else TIMING, "quick": args.quick},
         "matmul_peak_gflops": {p: peaks[p]["gflops"] for p in PRECISIONS},
@@ -223,15 +232,18 @@ def run_job(job, job_timeout=None):
                    json.dumps(job)]
     else:
         command = [sys.executable, __file__, "--worker", json.dumps(job)]
+    started = time.perf_counter()
     try:
         process = subprocess.run(command, capture_output=True, text=True, timeout=job_timeout,
                                  env=USER_ENVIRONMENT)
     except subprocess.TimeoutExpired:
         # PyTorch's bf16 autocast without AVX-512 BF16 / AMX runs BERT-base for minutes a step.
-        return {"results": {}, "timed_out_after_seconds": job_timeout}
+        return {"results": {}, "timed_out_after_seconds": job_timeout, "process_seconds": job_timeout}
     if process.returncode:
         raise SystemExit(f"{job['path']} ({job.get('preset')}) failed:\n{process.stderr[-4000:]}")
-    return json.loads(process.stdout.strip().splitlines()[-1])
+    # The process's whole wall time (start-up, building, tracing, timing): what each job costs the run.
+    return {**json.loads(process.stdout.strip().splitlines()[-1]),
+            "process_seconds": time.perf_counter() - started}
 
 
 def rate_of(result):
