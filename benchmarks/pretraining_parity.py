@@ -89,9 +89,9 @@ class HeldOutCurve(keras.callbacks.Callback):
             self.curve.append({"step": step, **{k: float(v) for k, v in scores.items() if k != "loss"}})
 
 
-def train_kbert(args, vocabulary_size, train_path, held_out_path):
+def train_kbert(args, vocabulary_size, train_path, held_out_path, shape):
     keras.utils.set_random_seed(args.seed)
-    encoder = kbert.Encoder.from_preset(args.preset, vocabulary_size=vocabulary_size)
+    encoder = kbert.Encoder(vocabulary_size=vocabulary_size, **shape)
     pretrainer = kbert.Pretrainer(encoder)
     pretrainer.compile(learning_rate=args.learning_rate)
     curve = HeldOutCurve(batches_of(held_out_path).cache(), args.eval_every, args.steps)
@@ -130,6 +130,7 @@ def main():
     if not PEER_PYTHON.exists():
         raise SystemExit(f"No peer environment at {PEER_PYTHON.parent.parent}: run `make peer-venv` first.")
 
+    # One shape for both libraries, dropout included (BERT's 0.1).
     shape = {**preset_config(args.preset), "dropout": 0.1}
     results = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
                "cpus": os.cpu_count()}
@@ -146,7 +147,7 @@ def main():
                                                 random_token_rate=0.0, **options),
                       args.held_out_batches, held_out_path, args.batch_size)
         print(f"Vocabulary {len(vocabulary)} tokens; {args.steps} training batches written", flush=True)
-        results["kbert"] = train_kbert(args, len(vocabulary), train_path, held_out_path)
+        results["kbert"] = train_kbert(args, len(vocabulary), train_path, held_out_path, shape)
         print(f"kbert: {results['kbert']['train_seconds']:.0f} s", flush=True)
         results["transformers"] = train_peer(args, len(vocabulary), train_path, held_out_path, shape)
         print(f"transformers: {results['transformers']['train_seconds']:.0f} s", flush=True)

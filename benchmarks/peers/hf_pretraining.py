@@ -65,7 +65,6 @@ def evaluate(model, held_out):
 def main():
     job = json.loads(sys.argv[1])
     torch.manual_seed(job["seed"])
-    torch.set_num_threads(job.get("threads") or torch.get_num_threads())
     train, held_out = np.load(job["train"]), np.load(job["held_out"])
     shape = job["shape"]
     model = BertForPreTraining(BertConfig(
