@@ -173,7 +173,7 @@ def main():
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from kbert.callbacks.atomic_files import write_atomically
+    from kbert.atomic_files import write_atomically
 
     # A whole report or the old one, never half of one.
     write_atomically(str(out), lambda path: Path(path).write_text(json.dumps(report, indent=2) + "\n"))

@@ -36,7 +36,7 @@ def _read_or_learn_vocabulary(args, out_dir):
 
 
 def _write_lines_atomically(path, lines):
-    from kbert.callbacks.atomic_files import write_atomically
+    from kbert.atomic_files import write_atomically
 
     def write(temporary):
         with open(temporary, "w", encoding="utf-8") as f:
@@ -51,7 +51,7 @@ def _pretrain(args):
     import keras
 
     import kbert
-    from kbert.callbacks.atomic_files import write_atomically
+    from kbert.atomic_files import write_atomically
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +145,7 @@ def _evaluate(args):
     import json
 
     import kbert
-    from kbert.callbacks.atomic_files import write_atomically
+    from kbert.atomic_files import write_atomically
     from kbert.fine_tuning import evaluate_task
 
     model = kbert.load_model(args.model)

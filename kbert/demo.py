@@ -21,17 +21,7 @@ import time
 
 import numpy as np
 
-SPLIT_SEED = 0
-TRAIN_FRACTION = 0.8
-
-
-def split_spam(texts, labels, seed=SPLIT_SEED, train_fraction=TRAIN_FRACTION):
-    """The fixed, shuffled 80/20 split the demo and benchmarks report on."""
-    order = np.random.default_rng(seed).permutation(len(texts))
-    cut = int(len(texts) * train_fraction)
-    texts, labels = np.asarray(texts, dtype=object), np.asarray(labels)
-    return (texts[order[:cut]], labels[order[:cut]]), (texts[order[cut:]], labels[order[cut:]])
-
+SEED = 0
 
 def binary_report(labels, predictions):
     """Accuracy and the positive class's precision, recall and F1."""
@@ -74,12 +64,12 @@ def run(preset="tiny", epochs=3, sequence_length=64, vocabulary_size=8000, learn
 
     import kbert
 
-    keras.utils.set_random_seed(SPLIT_SEED)  # the same initial weights every run
+    keras.utils.set_random_seed(SEED)  # the same initial weights every run
     start = time.time()
     texts, labels = kbert.data.load_sms_spam()
-    (train_texts, train_labels), (test_texts, test_labels) = split_spam(texts, labels)
+    (train_texts, train_labels), (test_texts, test_labels) = kbert.data.split_sms_spam(texts, labels, seed=SEED)
     print(f"SMS Spam Collection: {len(texts)} messages, {int(np.sum(labels))} spam; "
-          f"train {len(train_texts)}, held out {len(test_texts)} (fixed split, seed {SPLIT_SEED}).")
+          f"train {len(train_texts)}, held out {len(test_texts)} (fixed split, seed {SEED}).")
 
     print(f"\n1. Learning a WordPiece vocabulary ({vocabulary_size} tokens) from the training texts")
     vocabulary = kbert.learn_vocabulary(train_texts, vocabulary_size=vocabulary_size, verbose=verbose)
@@ -162,7 +152,7 @@ def pretraining_taste(steps, verbose=1):
     corpus = [str(kbert.data.data_dir() / "gutenberg" / "pg11.txt")]
     vocabulary = kbert.learn_vocabulary(files=corpus, vocabulary_size=2000, verbose=False)
     data = kbert.pretraining_dataset(corpus, vocabulary=vocabulary, sequence_length=64,
-                                     batch_size=32, seed=SPLIT_SEED)
+                                     batch_size=32, seed=SEED)
     pretrainer = kbert.Pretrainer(kbert.Encoder.from_preset("tiny", vocabulary_size=len(vocabulary)))
     pretrainer.compile(learning_rate=1e-3)
     with tempfile.TemporaryDirectory() as run_dir:

@@ -73,10 +73,7 @@ def load_split(task, split):
     if name in ("sst2", "rte", "mrpc"):
         return data.load_glue(name, split)
     if name == "sms_spam":
-        from kbert.demo import split_spam
-
-        texts, labels = data.load_sms_spam()
-        train, test = split_spam(texts, labels)
+        train, test = data.split_sms_spam(*data.load_sms_spam())
         return train if split == "train" else test
     if name == "sick":
         return data.load_sick(split)
@@ -185,7 +182,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     import keras
 
     import kbert
-    from kbert.callbacks.atomic_files import write_atomically
+    from kbert.atomic_files import write_atomically
 
     name, info = task_data(task)
     os.makedirs(out, exist_ok=True)

@@ -6,7 +6,7 @@ import re
 
 import keras
 
-from kbert.callbacks.atomic_files import remove_temporary_files, write_atomically
+from kbert.atomic_files import remove_temporary_files, write_atomically
 
 # `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the
 # position makes the name of every backup of a run new, so writing one never

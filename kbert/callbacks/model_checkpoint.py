@@ -6,7 +6,7 @@ import string
 
 import keras
 
-from kbert.callbacks.atomic_files import TEMPORARY_PREFIX, remove_temporary_files, write_atomically
+from kbert.atomic_files import TEMPORARY_PREFIX, remove_temporary_files, write_atomically
 
 
 class ModelCheckpoint(keras.callbacks.ModelCheckpoint):

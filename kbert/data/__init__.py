@@ -9,7 +9,7 @@ from kbert.data.conll import CONLL2003_LABELS, CONLL2003_SPLITS, load_conll2003,
 from kbert.data.glue import GLUE_SPLITS, GLUE_TASKS, load_glue
 from kbert.data.paths import DataFormatError, data_dir, find_data_file
 from kbert.data.sick import SICK_LABEL_NAMES, SICK_SPLITS, load_sick
-from kbert.data.sms_spam import SMS_SPAM_LABEL_NAMES, load_sms_spam
+from kbert.data.sms_spam import SMS_SPAM_LABEL_NAMES, load_sms_spam, split_sms_spam
 from kbert.data.squad import (
     SQUAD_EVAL_ARTICLES,
     SQUAD_TRAIN_ARTICLES,
@@ -35,6 +35,7 @@ __all__ = [
     "load_sick",
     "load_sms_spam",
     "load_squad",
+    "split_sms_spam",
     "squad_article_split",
     "read_conll",
 ]

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import numpy as np
+
 from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
 
 SMS_SPAM_FILE = "sms_spam_collection/SMSSpamCollection"
@@ -10,6 +12,9 @@ SMS_SPAM_SOURCE = DataSource(
     zip_member="SMSSpamCollection",
 )
 SMS_SPAM_LABEL_NAMES = ("ham", "spam")
+# The fixed split that the demo, `kbert train sms_spam` and the benchmarks report on.
+SMS_SPAM_SPLIT_SEED = 0
+SMS_SPAM_TRAIN_FRACTION = 0.8
 
 
 def load_sms_spam(path=None):
@@ -45,3 +50,17 @@ def load_sms_spam(path=None):
         texts.append(text)
         labels.append(SMS_SPAM_LABEL_NAMES.index(label))
     return texts, labels
+
+
+def split_sms_spam(texts, labels, seed=SMS_SPAM_SPLIT_SEED, train_fraction=SMS_SPAM_TRAIN_FRACTION):
+    """The fixed, shuffled 80/20 split of the collection: `((train_x, train_y), (test_x, test_y))`.
+
+    Example:
+    >>> (train_texts, train_labels), (test_texts, test_labels) = split_sms_spam(*load_sms_spam())
+    >>> len(train_texts), len(test_texts)
+    (4459, 1115)
+    """
+    order = np.random.default_rng(seed).permutation(len(texts))
+    cut = int(len(texts) * train_fraction)
+    texts, labels = np.asarray(texts, dtype=object), np.asarray(labels)
+    return (texts[order[:cut]], labels[order[:cut]]), (texts[order[cut:]], labels[order[cut:]])

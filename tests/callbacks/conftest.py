@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 import kbert  # noqa: F401  (sets the TensorFlow backend)
-from kbert.callbacks.atomic_files import TEMPORARY_PREFIX
+from kbert.atomic_files import TEMPORARY_PREFIX
 from kbert.optimization import BertAdamW, WarmupLinearDecay
 
 BATCH_SIZE = 4
