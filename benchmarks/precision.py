@@ -55,7 +55,7 @@ def main():
             start = time.time()
             model.fit(texts, np.asarray(labels), epochs=args.epochs, batch_size=args.batch_size, verbose=0)
             seconds = time.time() - start
-            accuracy = float(np.mean(model.predict_classes(dev_texts, verbose=0) == np.asarray(dev_labels)))
+            accuracy = float(np.mean(model.predict(dev_texts, verbose=0).argmax(-1) == np.asarray(dev_labels)))
             run = {"precision": precision, "seed": seed, "dev_accuracy": accuracy,
                    "examples_per_second": len(texts) * args.epochs / seconds, "seconds": seconds}
             report["runs"].append(run)

@@ -90,7 +90,7 @@ def fine_tune_sst2(encoder, vocabulary, args, label):
     start = time.time()
     clf.fit(train_texts, train_labels, epochs=args.sst2_epochs, batch_size=32, verbose=2)
     seconds = time.time() - start
-    accuracy = float(np.mean(clf.predict_classes(dev_texts, verbose=0) == np.asarray(dev_labels)))
+    accuracy = float(np.mean(clf.predict(dev_texts, verbose=0).argmax(-1) == np.asarray(dev_labels)))
     print(f"SST-2 dev accuracy, {label}: {accuracy:.4f} ({seconds:.0f} s)", flush=True)
     return {"dev_accuracy": accuracy, "seconds": seconds}
 

@@ -1,6 +1,6 @@
 """Task quality: fine-tune each task model with a fixed budget and score it the way its community does.
 
-For every task in `kbert.fine_tuning.TASKS` (SST-2, SMS Spam, RTE, MRPC,
+For every task in `kbert.fine_tuning.RECIPES` (SST-2, SMS Spam, RTE, MRPC,
 SICK, SQuAD, CoNLL-2003), fine-tunes from the best encoder the project has
 (default: the published all-MiniLM-L6-v2 weights, `--encoder` to change) on
 a seeded random subset of the training split, then evaluates on the task's
@@ -25,7 +25,7 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from kbert.fine_tuning import TASKS, fine_tune  # noqa: E402
+from kbert.fine_tuning import RECIPES, fine_tune  # noqa: E402
 
 # Training examples per task (a seeded subset), epochs and sequence length:
 # the fixed budget. Small data sets are used whole. Listed in the order they
@@ -60,7 +60,7 @@ def main():
 def add_arguments(parser, default_tasks):
     parser.add_argument("--encoder", default="all-minilm-l6-v2",
                         help="a checkpoint (folder or name), a preset, or a `kbert pretrain` run folder")
-    parser.add_argument("--tasks", nargs="*", default=default_tasks, choices=list(TASKS),
+    parser.add_argument("--tasks", nargs="*", default=default_tasks, choices=list(RECIPES),
                         help="tasks to run (none: only what follows them, e.g. the side by side)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=None,
@@ -96,11 +96,11 @@ def metric_value(task, result):
     """The task's headline metric as the table shows it (SQuAD: EM / F1, in %)."""
     if task == "squad":
         return f"EM {result['exact_match']:.1f} / F1 {result['f1']:.1f}"
-    return f"{result[TASKS[task].metric]:.4f}"
+    return f"{result[RECIPES[task].metric]:.4f}"
 
 
 def metric_name(task):
-    return {"f1": "entity F1" if task == "conll2003" else "F1"}.get(TASKS[task].metric, TASKS[task].metric)
+    return {"f1": "entity F1" if task == "conll2003" else "F1"}.get(RECIPES[task].metric, RECIPES[task].metric)
 
 
 def print_table(results, args):

@@ -6,7 +6,9 @@ The pipeline, in the order data takes it:
 - `Preprocessor`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
 - `Encoder`: embeddings, Transformer blocks, pooler (`PRESETS` tiny ... large);
 - task models that `fit` on raw strings: `classifier`, `question_answerer`,
-  `tagger`, `multiple_choice`, and `embedder` for sentence vectors;
+  `tagger`, `multiple_choice`, and `embedder` for sentence vectors; each
+  with its task preprocessor (`ClassifierPreprocessor`, ...), fed by
+  `data.task_dataset`;
 - `load_pretrained` / `save_pretrained`: published BERT checkpoints
   (Hugging Face, Google, keras-hub) in and out;
 - pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
@@ -44,11 +46,16 @@ from kbert.models.pretrainer import Pretrainer  # noqa: E402
 from kbert.models.question_answerer import QuestionAnswerer  # noqa: E402
 from kbert.models.tagger import Tagger  # noqa: E402
 from kbert.optimization import WarmupLinearDecay  # noqa: E402
+from kbert.preprocessing.classifier_preprocessor import ClassifierPreprocessor  # noqa: E402
+from kbert.preprocessing.embedder_preprocessor import EmbedderPreprocessor  # noqa: E402
+from kbert.preprocessing.multiple_choice_preprocessor import MultipleChoicePreprocessor  # noqa: E402
 from kbert.preprocessing.preprocessor import Preprocessor  # noqa: E402
+from kbert.preprocessing.question_answerer_preprocessor import QuestionAnswererPreprocessor  # noqa: E402
+from kbert.preprocessing.tagger_preprocessor import TaggerPreprocessor  # noqa: E402
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer  # noqa: E402
 from kbert.preprocessing.vocabulary import learn_vocabulary  # noqa: E402
 from kbert.presets import PRESETS  # noqa: E402
-from kbert.tasks import (  # noqa: E402
+from kbert.builders import (  # noqa: E402
     classifier,
     embedder,
     multiple_choice,
@@ -56,7 +63,7 @@ from kbert.tasks import (  # noqa: E402
     tagger,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def load_model(path):
@@ -66,16 +73,21 @@ def load_model(path):
 
 __all__ = [
     "Classifier",
+    "ClassifierPreprocessor",
     "Embedder",
+    "EmbedderPreprocessor",
     "Encoder",
     "FillMask",
     "MultipleChoice",
+    "MultipleChoicePreprocessor",
     "PRESETS",
     "Preprocessor",
     "Pretrainer",
     "QuestionAnswerer",
+    "QuestionAnswererPreprocessor",
     "SPECIAL_TOKENS",
     "Tagger",
+    "TaggerPreprocessor",
     "Tokenizer",
     "WarmupLinearDecay",
     "callbacks",

@@ -268,10 +268,10 @@ def build_parser():
     fill_mask.add_argument("--top-k", type=int, default=5)
     fill_mask.set_defaults(run=_fill_mask)
 
-    from kbert.fine_tuning import TASKS
+    from kbert.fine_tuning import RECIPES
 
     train = commands.add_parser("train", help="fine-tune on a task's data set, evaluate, save")
-    train.add_argument("task", choices=sorted(TASKS))
+    train.add_argument("task", choices=sorted(RECIPES))
     train.add_argument("--encoder", default="tiny",
                        help="a preset (tiny ... large), a checkpoint folder or name "
                             "(all-minilm-l6-v2), a `kbert pretrain` run folder, or a .keras file")
@@ -292,7 +292,7 @@ def build_parser():
 
     evaluate = commands.add_parser("evaluate", help="a trained task model's metrics on a split")
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
-    evaluate.add_argument("--task", required=True, choices=sorted(TASKS))
+    evaluate.add_argument("--task", required=True, choices=sorted(RECIPES))
     evaluate.add_argument("--split", default=None, help="default: the task's evaluation split")
     evaluate.add_argument("--max-examples", type=int, default=None)
     evaluate.add_argument("--out", help="write the metrics to this JSON file")

@@ -83,7 +83,7 @@ def run(preset="tiny", epochs=3, sequence_length=64, vocabulary_size=8000, learn
             validation_data=(test_texts, test_labels), verbose=verbose)
 
     print("\n3. Held-out results")
-    predictions = clf.predict_classes(test_texts, verbose=0)
+    predictions = clf.predict(test_texts, verbose=0).argmax(-1)
     report = binary_report(test_labels, predictions)
     (tn, fp), (fn, tp) = report["confusion"]
     print(f"   accuracy {report['accuracy']:.4f}   spam precision {report['precision']:.4f}   "
@@ -132,7 +132,7 @@ def export_and_serve(clf, folder, texts):
         raise SystemExit(f"The exported model failed in a fresh process:\n{result.stderr[-2000:]}")
     served = json.loads(result.stdout.strip().splitlines()[-1])
     same = (not served["kbert_imported"]
-            and served["labels"] == [clf.class_names[i] for i in clf.predict_classes(texts, verbose=0)]
+            and served["labels"] == [clf.class_names[i] for i in clf.predict(texts, verbose=0).argmax(-1)]
             and all(abs(a - b) < 1e-4 for row, expected in zip(served["probabilities"],
                                                                clf.predict_proba(texts, verbose=0))
                     for a, b in zip(row, expected)))

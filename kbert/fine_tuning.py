@@ -1,7 +1,7 @@
 """Fine-tuning and evaluation on the canonical data sets: what `kbert train` and `kbert evaluate` run.
 
-Each task name maps to its reader, its model, its default splits and the
-metric its community reports:
+Each data set name maps to a `Recipe`: its reader, its model, its default
+splits and the metric its community reports (`RECIPES`):
 
 ==========  =========================  ==============  ============  =====================
 task        data                       model           eval split    metric
@@ -29,45 +29,51 @@ DEFAULT_VOCABULARY_CHECKPOINT = "all-minilm-l6-v2"
 
 
 @dataclass(frozen=True)
-class TaskData:
-    """How one task's data is read, modelled and scored."""
+class Recipe:
+    """How one data set is read, modelled and scored: what `kbert train <name>` runs."""
 
-    kind: str  # "classifier", "question_answerer" or "tagger"
+    builder: str  # the entry point in `kbert.builders.TASK_BUILDERS`
     splits: tuple  # the names `load_split` takes; the first trains
     eval_split: str
     metric: str  # the headline metric's key in `evaluate_task`'s result
     sequence_length: int
-    class_names: tuple = ()
-    positive_class: int = 1
+    builder_arguments: tuple = ()  # (name, value) pairs for the builder
+    report_arguments: tuple = ()  # (name, value) pairs for `evaluate_report`
 
 
-TASKS = {
-    "sst2": TaskData("classifier", ("train", "dev"), "dev", "accuracy", 64, ("negative", "positive")),
-    "sms_spam": TaskData("classifier", ("train", "test"), "test", "f1", 64, ("ham", "spam")),
-    "rte": TaskData("classifier", ("train", "dev"), "dev", "accuracy", 128,
-                    ("entailment", "not_entailment"), positive_class=0),
-    "mrpc": TaskData("classifier", ("train", "dev"), "dev", "f1", 128,
-                     ("not_paraphrase", "paraphrase")),
-    "sick": TaskData("classifier", ("train", "trial", "test"), "test", "accuracy", 64,
-                     ("entailment", "neutral", "contradiction")),
-    "squad": TaskData("question_answerer", ("train", "eval"), "eval", "f1", 384),
-    "conll2003": TaskData("tagger", ("train", "dev", "test"), "test", "f1", 128),
+def _classification(splits, eval_split, metric, sequence_length, class_names, positive_class=1):
+    return Recipe("classifier", splits, eval_split, metric, sequence_length,
+                  (("num_classes", len(class_names)), ("class_names", list(class_names))),
+                  (("positive_class", positive_class),))
+
+
+RECIPES = {
+    "sst2": _classification(("train", "dev"), "dev", "accuracy", 64, ("negative", "positive")),
+    "sms_spam": _classification(("train", "test"), "test", "f1", 64, ("ham", "spam")),
+    "rte": _classification(("train", "dev"), "dev", "accuracy", 128,
+                           ("entailment", "not_entailment"), positive_class=0),
+    "mrpc": _classification(("train", "dev"), "dev", "f1", 128, ("not_paraphrase", "paraphrase")),
+    "sick": _classification(("train", "trial", "test"), "test", "accuracy", 64,
+                            ("entailment", "neutral", "contradiction")),
+    "squad": Recipe("question_answerer", ("train", "eval"), "eval", "f1", 384),
+    "conll2003": Recipe("tagger", ("train", "dev", "test"), "test", "f1", 128),
 }
 
 
-def task_data(task):
-    key = str(task).lower().replace("-", "").replace("_", "")
-    for name, data in TASKS.items():
-        if name.replace("_", "") == key:
-            return name, data
-    raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASKS)}.")
+def recipe(name):
+    """`(name, Recipe)` of a data set name, forgiving case, dashes and underscores."""
+    key = str(name).lower().replace("-", "").replace("_", "")
+    for known, found in RECIPES.items():
+        if known.replace("_", "") == key:
+            return known, found
+    raise ValueError(f"Unknown task {name!r}; the tasks are {sorted(RECIPES)}.")
 
 
 def load_split(task, split):
     """`(x, y)` of one split: texts or pairs and label ids; SQuAD records and None; words and tags."""
     from kbert import data
 
-    name, info = task_data(task)
+    name, info = recipe(task)
     if split not in info.splits:
         raise ValueError(f"Task {name!r} has the splits {list(info.splits)}, not {split!r}.")
     if name in ("sst2", "rte", "mrpc"):
@@ -101,17 +107,18 @@ def take(x, y, count, seed=0):
 def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learning_rate=None):
     """The task's model from a preset name, a checkpoint (folder or name), or a `kbert.Encoder`."""
     import kbert
+    from kbert.builders import TASK_BUILDERS
 
-    name, info = task_data(task)
+    name, info = recipe(task)
     sequence_length = sequence_length or info.sequence_length
-    arguments = dict(vocabulary=vocabulary, sequence_length=sequence_length)
-    if info.kind == "classifier":
-        model = kbert.classifier(encoder, num_classes=len(info.class_names),
-                                 class_names=list(info.class_names), **arguments)
-    elif info.kind == "question_answerer":
-        model = kbert.question_answerer(encoder, doc_stride=min(128, sequence_length // 2), **arguments)
-    else:
-        model = kbert.tagger(encoder, labels=list(kbert.data.CONLL2003_LABELS), **arguments)
+    arguments = dict(info.builder_arguments)
+    if info.builder == "question_answerer":
+        arguments["doc_stride"] = min(128, sequence_length // 2)
+    if info.builder == "tagger":
+        arguments["labels"] = list(kbert.data.CONLL2003_LABELS)
+    model = TASK_BUILDERS[info.builder](
+        encoder, vocabulary=vocabulary, sequence_length=sequence_length, **arguments
+    )
     if learning_rate is not None:
         model.compile(learning_rate=learning_rate)
     return model
@@ -119,19 +126,11 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
 
 def evaluate_task(model, task, split=None, max_examples=None, batch_size=None):
     """The task's metrics of a fitted model on one split (default: the task's evaluation split)."""
-    from kbert.metrics import classification_report
-
-    name, info = task_data(task)
+    name, info = recipe(task)
     split = split or info.eval_split
     x, y = take(*load_split(name, split), max_examples)
-    if info.kind == "classifier":
-        predictions = model.predict_classes(x, batch_size=batch_size, verbose=0)
-        report = classification_report(y, predictions, class_names=list(info.class_names),
-                                       positive_class=info.positive_class)
-    elif info.kind == "question_answerer":
-        report = model.evaluate_squad(x, batch_size=batch_size, verbose=0)
-    else:
-        report = model.evaluate_entities(x, y, batch_size=batch_size)
+    arguments = dict(info.report_arguments)
+    report = model.evaluate_report(x, y, batch_size=batch_size, **arguments)
     return {"task": name, "split": split, "examples": len(y) if y is not None else len(x), **report}
 
 
@@ -184,7 +183,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     import kbert
     from kbert.atomic_files import write_atomically
 
-    name, info = task_data(task)
+    name, info = recipe(task)
     os.makedirs(out, exist_ok=True)
     settings = {"task": name, "encoder": str(encoder), "epochs": epochs, "batch_size": batch_size,
                 "sequence_length": sequence_length or info.sequence_length,
@@ -201,11 +200,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
         kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50),
     ]
     start = time.time()
-    if info.kind == "question_answerer":
-        history = model.fit(x, epochs=epochs, batch_size=batch_size, callbacks=callbacks, verbose=verbose)
-    else:
-        history = model.fit(x, y, epochs=epochs, batch_size=batch_size, callbacks=callbacks,
-                            verbose=verbose)
+    history = model.fit(x, y, epochs=epochs, batch_size=batch_size, callbacks=callbacks, verbose=verbose)
     seconds = time.time() - start
     write_atomically(os.path.join(out, "model.keras"), model.save)
     metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)

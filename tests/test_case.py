@@ -33,8 +33,8 @@ def to_numpy(value):
 def assert_all_close(a, b, atol=1e-6):
     keras.tree.assert_same_structure(a, b)
     for x, y in zip(keras.tree.flatten(to_numpy(a)), keras.tree.flatten(to_numpy(b))):
-        if isinstance(x, list):
-            assert x == y
+        if isinstance(x, list) or x.dtype.kind in "OSU":
+            assert np.array_equal(x, y)
         else:
             np.testing.assert_allclose(x, y, atol=atol)
 
@@ -61,16 +61,53 @@ def run_preprocessing_equivalence(layer, inputs):
     return direct
 
 
-def run_task_test(model, x, y, tmp_path, batch_size=2):
-    """A task fits on raw text, predicts, and survives `.keras` save and load."""
-    history = model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
-    predictions = model.predict(x, batch_size=batch_size, verbose=0)
+def run_task_test(model, x, y, tmp_path, batch_size=2, dataset=None, request=None, predict_x=None,
+                  trains=True):
+    """The checks every task model passes, whatever its inputs.
+
+    - it fits on raw inputs (`x`, `y`) and, when given, on a `tf.data`
+      `dataset` of raw examples, with a finite loss;
+    - the forward step run eagerly, `model.preprocessor(x, y)`, equals what
+      `kbert.data.task_dataset` gives in `tf.data` (one batch of all of it);
+    - it predicts (on `predict_x`, default `x`), and a `.keras` save and
+      load gives the same predictions and the same preprocessor config;
+    - its export serves `request` (serving_default's raw inputs) with the
+      same answers as the task preprocessor's `serve` on the live model.
+
+    A model that is not trained (an embedder: `trains=False`) skips `fit`.
+    Returns `(restored, predictions)`.
+    """
+    import kbert
+    from kbert.data.input_pipeline import cut_padding
+
+    if trains:
+        history = model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+    if dataset is not None:
+        history = model.fit(dataset, batch_size=batch_size, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+
+    # Preprocessing outside the model equals inside: eager and tf.data.
+    eager = model.preprocessor(x, y)
+    if model.preprocessor.pads_to_longest:
+        eager = cut_padding(*eager) if isinstance(eager, tuple) else cut_padding(eager)
+    (in_data,) = list(kbert.data.task_dataset(model.preprocessor, x, y, batch_size=10_000))
+    assert_all_close(eager, in_data)
+
+    predict_x = x if predict_x is None else predict_x
+    predictions = model.predict(predict_x, batch_size=batch_size, verbose=0)
     path = os.path.join(tmp_path, "model.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
     assert type(restored) is type(model)
-    np.testing.assert_allclose(
-        restored.predict(x, batch_size=batch_size, verbose=0), predictions, atol=1e-5
-    )
+    assert restored.preprocessor.get_config() == model.preprocessor.get_config()
+    assert_all_close(restored.predict(predict_x, batch_size=batch_size, verbose=0), predictions, atol=1e-5)
+
+    if request is not None:
+        exported = tf.saved_model.load(kbert.export(model, os.path.join(tmp_path, "export")))
+        served = exported.signatures["serving_default"](**{k: tf.constant(v) for k, v in request.items()})
+        texts = [tf.constant(request[name]) for name, _ in model.preprocessor.serving_inputs()]
+        expected = model.preprocessor.serve(model, *texts)
+        assert sorted(served) == sorted(expected)
+        assert_all_close(served, expected, atol=1e-5)
     return restored, predictions

@@ -1,12 +1,13 @@
 """Readers for the NLP data sets used by kbert's tests, tutorials and benchmarks.
 
 Files are looked up under `data_dir()` (`$KBERT_DATA`, or `shared/data` next
-to the repository), so everything works offline. Plain Python: importing this
-package does not import TensorFlow.
+to the repository), so everything works offline. `task_dataset` is the
+`tf.data` input pipeline of the task models.
 """
 
 from kbert.data.conll import CONLL2003_LABELS, CONLL2003_SPLITS, load_conll2003, read_conll
 from kbert.data.glue import GLUE_SPLITS, GLUE_TASKS, load_glue
+from kbert.data.input_pipeline import task_dataset
 from kbert.data.paths import DataFormatError, data_dir, find_data_file
 from kbert.data.sick import SICK_LABEL_NAMES, SICK_SPLITS, load_sick
 from kbert.data.sms_spam import SMS_SPAM_LABEL_NAMES, load_sms_spam, split_sms_spam
@@ -38,4 +39,5 @@ __all__ = [
     "split_sms_spam",
     "squad_article_split",
     "read_conll",
+    "task_dataset",
 ]

@@ -4,20 +4,24 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kbert.data.input_pipeline import task_dataset
 from kbert.metrics.classification import classification_report
-from kbert.models.encoder import bert_initializer
-from kbert.models.task import Task, encoder_and_preprocessor, _is_pair_spec
+from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
+from kbert.preprocessing.classifier_preprocessor import ClassifierPreprocessor
+from kbert.preprocessing.task_preprocessor import is_pair_spec
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Classifier(Task):
+class Classifier(TaskModel):
     """Classifies texts or text pairs: spam, sentiment, NLI, paraphrase.
 
     The encoder's pooled `[CLS]` vector goes through dropout and a dense
     layer that gives one logit per class. `fit`, `evaluate` and `predict`
-    take raw text, tokenized by the attached preprocessor in `tf.data`;
-    `predict` returns logits (`predict_proba` and `predict_classes` give
-    probabilities and class ids).
+    take raw text (a list of texts, a `(texts_a, texts_b)` tuple of pairs,
+    or a `tf.data.Dataset` of them), prepared by the attached
+    `kbert.ClassifierPreprocessor`. `predict` returns logits,
+    `predict_proba` probabilities and `classify` the class of each text (its
+    name, or its id when the classes have no names).
 
     The model is compiled with BERT's fine-tuning recipe: AdamW (weight decay
     0.01, none on biases and LayerNorm, gradients clipped to norm 1), a
@@ -27,7 +31,7 @@ class Classifier(Task):
 
     Each batch is padded to its longest text, not to the preprocessor's
     `sequence_length`, and `fit` batches texts of similar length together
-    (see `kbert.models.task.Task`): short texts train several times faster.
+    (see `kbert.data.task_dataset`): short texts train several times faster.
 
     For unbalanced classes, `fit(..., class_weight={0: 1.0, 1: 6.0})` weighs
     each example's loss by its class (keys may also be class names), and
@@ -37,43 +41,38 @@ class Classifier(Task):
 
     Args:
         encoder: a `kbert.Encoder`.
-        num_classes: number of classes.
-        preprocessor: a `kbert.Preprocessor` whose tokenizer matches the
-            encoder's vocabulary.
+        num_classes: number of classes (or None when `preprocessor` is a
+            `kbert.ClassifierPreprocessor`, which holds it).
+        preprocessor: a `kbert.ClassifierPreprocessor`, or a
+            `kbert.Preprocessor` whose tokenizer matches the encoder's
+            vocabulary (wrapped into one).
         dropout: dropout before the output layer.
         class_names: optional names of the classes, in id order.
+        text_pairs: whether the model reads text pairs; default: what it is
+            first given.
 
     Example:
     >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40)
-    >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16)
+    >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16,
+    ...                        class_names=["bad", "good"])
     >>> history = clf.fit(["a good film", "a bad film"], [1, 0], epochs=1, verbose=0)
-    >>> clf.predict_proba(["good"]).shape
+    >>> clf.predict(["good"], verbose=0).shape
     (1, 2)
+    >>> clf.classify(["good"])[0] in ("bad", "good")
+    True
     """
 
-    pads_to_longest = True
-
-    def __init__(self, encoder, num_classes, preprocessor, dropout=0.1, class_names=None, **kwargs):
-        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
-        if int(num_classes) != num_classes or num_classes < 2:
-            raise ValueError(f"`num_classes` must be an integer of at least 2, got {num_classes!r}.")
-        if class_names is not None:
-            class_names = [str(name) for name in class_names]
-            if len(class_names) != num_classes:
-                raise ValueError(
-                    f"Got {len(class_names)} class names for {num_classes} classes: {class_names}."
-                )
+    def __init__(self, encoder, num_classes=None, preprocessor=None, dropout=0.1, class_names=None,
+                 text_pairs=None, **kwargs):
+        encoder, preprocessor = encoder_and_preprocessor(
+            encoder, preprocessor, ClassifierPreprocessor,
+            num_classes=num_classes, class_names=class_names, text_pairs=text_pairs,
+        )
 
         # === Layers ===
         self.encoder = encoder
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=encoder.token_embedding.dtype_policy, name="output_dropout"
-        )
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=bert_initializer(),
-            dtype=encoder.token_embedding.dtype_policy,
-            name="logits",
+        self.output_dropout, self.output_dense = output_head(
+            encoder, preprocessor.num_classes, "logits", dropout=dropout
         )
 
         # === Functional model ===
@@ -83,30 +82,19 @@ class Classifier(Task):
         super().__init__(inputs=inputs, outputs=logits, preprocessor=preprocessor, **kwargs)
 
         # === Config ===
-        self.num_classes = int(num_classes)
         self.dropout = dropout
-        self.class_names = class_names
         self.compile()
 
-    def check_targets(self, y):
-        y = np.asarray(y)
-        if y.ndim == 2 and y.shape[-1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.bool_)):
-            raise ValueError(
-                f"Labels must be a flat list of integer class ids, got dtype {y.dtype} "
-                f"and shape {y.shape}."
-            )
-        bad = np.flatnonzero((y < 0) | (y >= self.num_classes))
-        if bad.size:
-            raise ValueError(
-                f"Labels must be in [0, {self.num_classes}); label {y[bad[0]]} at index "
-                f"{bad[0]} is not ({bad.size} such labels in all)."
-            )
-        return y.astype("int32")
+    @property
+    def num_classes(self):
+        return self.preprocessor.num_classes
+
+    @property
+    def class_names(self):
+        return self.preprocessor.class_names
 
     def fit(self, x=None, y=None, *args, class_weight=None, **kwargs):
-        """`Task.fit`, with `class_weight` a dict `{class: weight}` or `"balanced"`.
+        """`TaskModel.fit`, with `class_weight` a dict `{class: weight}` or `"balanced"`.
 
         Classes missing from the dict weigh 1.0. Keras turns the class
         weights into per-example weights of the training loss and metrics
@@ -128,7 +116,8 @@ class Classifier(Task):
             labels = _dataset_labels(x) if isinstance(x, tf.data.Dataset) else y
             if labels is None:
                 raise ValueError("`class_weight='balanced'` needs the training labels `y`.")
-            return balanced_class_weight(self.check_targets(labels), self.num_classes, self.class_names)
+            labels = self.preprocessor.check_targets(labels)
+            return balanced_class_weight(labels, self.num_classes, self.class_names)
         if not isinstance(class_weight, dict):
             raise TypeError(
                 f"`class_weight` must be a dict {{class: weight}} or 'balanced', got a "
@@ -151,6 +140,16 @@ class Classifier(Task):
         # Every class gets a weight: Keras looks weights up by label id.
         return {i: weights.get(i, 1.0) for i in range(self.num_classes)}
 
+    def classify(self, x, batch_size=None, verbose=0):
+        """The class of each text (or pair): its name, or its id when the classes have no names."""
+        ids = self.predict(x, batch_size=batch_size, verbose=verbose).argmax(axis=-1)
+        return [self.class_names[i] for i in ids] if self.class_names else ids.tolist()
+
+    def predict_classes(self, x, batch_size=None, **kwargs):
+        """Deprecated: `predict(x).argmax(-1)` gives the class ids, `classify(x)` the classes."""
+        deprecated("Classifier.predict_classes", "predict(x).argmax(-1) or classify(x)")
+        return self.predict(x, batch_size=batch_size, **kwargs).argmax(axis=-1)
+
     def evaluate_report(self, x, y=None, batch_size=None, positive_class=1):
         """Accuracy, precision, recall, F1 and the confusion matrix of the predictions on `x`.
 
@@ -164,46 +163,24 @@ class Classifier(Task):
         if y is None and not isinstance(x, tf.data.Dataset):
             raise ValueError("`evaluate_report` needs the true labels: evaluate_report(texts, labels).")
         labels, predictions = [], []
-        for batch in self._dataset(x, y, batch_size=batch_size):
+        for batch in task_dataset(self.preprocessor, x, y, batch_size=batch_size):
             if not isinstance(batch, tuple) or len(batch) < 2:
                 raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
             features, batch_labels = batch[0], batch[1]
             predictions.append(np.asarray(self.predict_on_batch(features)).argmax(axis=-1))
             labels.append(np.reshape(batch_labels, [-1]))
         return classification_report(
-            self.check_targets(np.concatenate(labels)),
+            self.preprocessor.check_targets(np.concatenate(labels)),
             np.concatenate(predictions),
             num_classes=self.num_classes,
             class_names=self.class_names,
             positive_class=positive_class,
         )
 
-    def predict_proba(self, x, batch_size=None, **kwargs):
-        """Class probabilities, shape `(examples, num_classes)`."""
-        logits = self.predict(x, batch_size=batch_size, **kwargs)
-        logits = logits - logits.max(axis=-1, keepdims=True)
-        probabilities = np.exp(logits)
-        return probabilities / probabilities.sum(axis=-1, keepdims=True)
-
-    def predict_classes(self, x, batch_size=None, **kwargs):
-        """The most likely class id of each example (its name via `class_names`)."""
-        return self.predict(x, batch_size=batch_size, **kwargs).argmax(axis=-1)
-
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "encoder": keras.saving.serialize_keras_object(self.encoder),
-                "num_classes": self.num_classes,
-                "dropout": self.dropout,
-                "class_names": self.class_names,
-            }
-        )
+        config["dropout"] = self.dropout
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def balanced_class_weight(labels, num_classes, class_names=None):
@@ -242,7 +219,7 @@ def _dataset_labels(dataset):
             "give `class_weight` as a dict {class: weight}."
         )
     spec = dataset.element_spec
-    if not isinstance(spec, tuple) or len(spec) < 2 or _is_pair_spec(spec):
+    if not isinstance(spec, tuple) or len(spec) < 2 or is_pair_spec(spec):
         raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
     labels = [np.reshape(y, [-1]) for y in dataset.map(lambda *element: element[1]).as_numpy_iterator()]
     return np.concatenate(labels) if labels else np.zeros([0], "int32")

@@ -2,13 +2,14 @@
 
 import keras
 
-from kbert.models.task import Task, encoder_and_preprocessor
+from kbert.models.task_model import TaskModel, encoder_and_preprocessor
+from kbert.preprocessing.embedder_preprocessor import EmbedderPreprocessor
 
 POOLINGS = ("mean", "cls", "pooled")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Embedder(Task):
+class Embedder(TaskModel):
     """Turns texts into vectors: one per sentence, and features for every token.
 
     Nothing is trained: the encoder's outputs are read as they are, which is
@@ -35,8 +36,9 @@ class Embedder(Task):
 
     Args:
         encoder: a `kbert.Encoder`.
-        preprocessor: a `kbert.Preprocessor` whose tokenizer matches the
-            encoder's vocabulary.
+        preprocessor: a `kbert.EmbedderPreprocessor`, or a
+            `kbert.Preprocessor` whose tokenizer matches the encoder's
+            vocabulary (wrapped into one).
         pooling: `"mean"`, `"cls"` or `"pooled"`.
         normalize: scale sentence embeddings to unit L2 norm.
         feature_layers: which Transformer blocks give `token_features`, as
@@ -52,8 +54,11 @@ class Embedder(Task):
     (1, 16, 128)
     """
 
-    def __init__(self, encoder, preprocessor, pooling="mean", normalize=False, feature_layers=(-1,), **kwargs):
-        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
+    def __init__(self, encoder, preprocessor, pooling="mean", normalize=False, feature_layers=(-1,),
+                 text_pairs=None, **kwargs):
+        encoder, preprocessor = encoder_and_preprocessor(
+            encoder, preprocessor, EmbedderPreprocessor, text_pairs=text_pairs
+        )
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         feature_layers = _check_feature_layers(feature_layers, encoder.num_layers)
@@ -105,17 +110,12 @@ class Embedder(Task):
         config = super().get_config()
         config.update(
             {
-                "encoder": keras.saving.serialize_keras_object(self.encoder),
                 "pooling": self.pooling,
                 "normalize": self.normalize,
                 "feature_layers": list(self.feature_layers),
             }
         )
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def _check_feature_layers(feature_layers, num_layers):

@@ -171,6 +171,12 @@ class Encoder(keras.Model):
         self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
 
+    @property
+    def layer_dtype_policy(self):
+        """The dtype policy the encoder's layers compute in (e.g. `mixed_bfloat16`); heads use it too."""
+        # The functional wrapper reports float32; its layers hold the policy.
+        return self.token_embedding.dtype_policy
+
     @classmethod
     def from_preset(cls, name, vocabulary_size, **kwargs):
         """An encoder of a preset size (see `kbert.PRESETS`), freshly initialised.
@@ -185,8 +191,7 @@ class Encoder(keras.Model):
         return {
             "name": self.name,
             "trainable": self.trainable,
-            # The functional wrapper reports float32; its layers hold the policy.
-            "dtype": keras.saving.serialize_keras_object(self.token_embedding.dtype_policy),
+            "dtype": keras.saving.serialize_keras_object(self.layer_dtype_policy),
             "vocabulary_size": self.vocabulary_size,
             "num_layers": self.num_layers,
             "hidden_dim": self.hidden_dim,

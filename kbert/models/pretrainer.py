@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
 from kbert.models.encoder import Encoder, bert_initializer
-from kbert.models.task import FreezesUnusedPooler
+from kbert.models.task_model import FreezesUnusedPooler
 from kbert.optimization import bert_adamw, start_schedule_window
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
@@ -99,7 +99,7 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
             encoder = keras.saving.deserialize_keras_object(encoder)
         if not isinstance(encoder, Encoder):
             raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
-        policy = encoder.token_embedding.dtype_policy
+        policy = encoder.layer_dtype_policy
 
         # === Layers ===
         self.encoder = encoder

@@ -1,73 +1,41 @@
 """Extractive question answering: the span of a context that answers a question (SQuAD)."""
 
-import collections
-import math
-
 import keras
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from kbert.metrics.squad import squad_scores
-from kbert.models.encoder import bert_initializer
-from kbert.models.task import DEFAULT_BATCH_SIZE, Task, encoder_and_preprocessor
-
-MODEL_INPUTS = ("token_ids", "segment_ids", "padding_mask")
-# Questions tokenized per call when counting the windows before training.
-_COUNT_BATCH_SIZE = 512
-
-# Questions with their contexts and, for training, one answer each: its first
-# character and its text ("" for a question without an answer).
-_QAExamples = collections.namedtuple(
-    "_QAExamples", ["questions", "contexts", "answer_starts", "answer_texts"]
+from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
+from kbert.preprocessing.question_answerer_preprocessor import (
+    QAExamples,
+    QuestionAnswererPreprocessor,
+    answer_dicts,
+    as_examples,
+    is_records,
+    keyword_examples,
 )
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class QuestionAnswerer(Task):
+class QuestionAnswerer(TaskModel):
     """Finds the span of a context that answers a question, as BERT does on SQuAD.
 
-    The question and the context are packed as a pair,
-    `[CLS] question [SEP] context [SEP]`; a dense layer on the encoder's
-    `sequence_output` gives every token a start logit and an end logit (dict
-    outputs `start_logits` and `end_logits`, shape `(windows, sequence)`).
-
-    **Windows.** A question keeps its first `max_question_length` tokens. A
-    context longer than the room left is cut into overlapping windows, the
-    next starting `doc_stride` tokens after the previous one, until the last
-    reaches the context's end, as BERT's reference `run_squad.py` does (a
-    stride longer than a window's context part is cut to it, so no token is
-    skipped); every window is kept. Training targets are the answer's first
-    and last token in each window; a window that does not hold the whole
-    answer points both at `[CLS]` (position 0).
-
-    **Answers.** For each question, over all its windows, the span with the
-    highest `start_logit + end_logit` wins, among spans that lie inside the
-    context part of one window, start at or before they end, and are at most
-    `max_answer_length` tokens long. As the reference maps answers back to
-    whole words, the span is widened to whole words (a word's pieces go
-    together; punctuation marks and CJK characters are words of their own,
-    as the tokenizer splits them), then mapped to the original context
-    through the tokenizer's offsets, so `context[start:end] == text` always
-    holds (in characters, as Python counts them). The score of "no answer"
-    is the `[CLS]` score `start_logits[0] + end_logits[0]` (the lowest over
-    the question's windows); with `null_score_threshold` set, a question is
-    answered `""` when the no-answer score exceeds the best span's by more
-    than the threshold (SQuAD v2.0). By default every question gets a span
-    (SQuAD v1.1).
-
-    Window building (`build_windows`) and span decoding (`decode`) are
-    TensorFlow and TF-Text ops, so a serving graph can take raw question and
-    context strings and return answers.
+    The `kbert.QuestionAnswererPreprocessor` packs each question with its
+    context into windows, `[CLS] question [SEP] context [SEP]`, and decodes
+    the best span back to characters of the context; a dense layer on the
+    encoder's `sequence_output` gives every token a start logit and an end
+    logit (dict outputs `start_logits` and `end_logits`, shape `(windows,
+    sequence)`).
 
     `fit` and `evaluate` take the question dicts of `kbert.data.load_squad`
     (the first answer of each is the target), a `(questions, contexts)`
     tuple with a list of answers as `y`, or the keywords `questions`,
-    `contexts`, `answer_starts` and `answer_texts`. `predict` returns
-    answers, not logits: `predict(question=..., context=...)` gives
-    `{"text", "start", "end", "score"}`, `predict(questions=[...],
-    contexts=[...])` (or records) a list of them. `evaluate_squad` gives
-    SQuAD's exact match and F1.
+    `contexts`, `answer_starts` and `answer_texts`. `answer` gives answers:
+    `answer(question=..., context=...)` one `{"text", "start", "end",
+    "score"}`, `answer(records)` (or `questions=[...], contexts=[...]`) a
+    list of them. `predict` keeps Keras' contract and returns the logits:
+    per question, a dict of its windows' `start_logits` and `end_logits`.
+    `evaluate_report` gives SQuAD's exact match and F1.
 
     The model is compiled with BERT's fine-tuning recipe (as `Classifier`):
     AdamW with warm-up and linear decay, and the mean of the start and end
@@ -75,12 +43,13 @@ class QuestionAnswerer(Task):
 
     Args:
         encoder: a `kbert.Encoder`.
-        preprocessor: a `kbert.Preprocessor`; its tokenizer and its
-            `sequence_length` (the window length) are used.
+        preprocessor: a `kbert.QuestionAnswererPreprocessor`, or a
+            `kbert.Preprocessor` (wrapped into one with the settings below);
+            its `sequence_length` is the window length.
         doc_stride: tokens between the starts of consecutive windows.
         max_question_length: question tokens kept; the rest are cut.
         max_answer_length: the longest answer, in tokens.
-        n_best: candidate answers kept per question (`predict(top_k=...)`).
+        n_best: candidate answers kept per question (`answer(top_k=...)`).
         null_score_threshold: None to always answer, or a float to answer
             `""` when no answer scores that much better than the best span.
 
@@ -89,55 +58,30 @@ class QuestionAnswerer(Task):
     ...                                vocabulary_size=40, verbose=False)
     >>> qa = kbert.question_answerer("tiny", vocabulary=vocab, sequence_length=32,
     ...                              doc_stride=8, max_question_length=8)
-    >>> answer = qa.predict(question="who sat on the mat?", context="the cat sat on the mat.")
+    >>> answer = qa.answer(question="who sat on the mat?", context="the cat sat on the mat.")
     >>> sorted(answer)
     ['end', 'score', 'start', 'text']
     >>> "the cat sat on the mat."[answer["start"]:answer["end"]] == answer["text"]
     True
+    >>> qa.predict([{"question": "who sat?", "context": "the cat sat."}])[0]["start_logits"].shape
+    (1, 32)
     """
 
     uses_pooler = False  # outputs come from the sequence output
 
-    def __init__(
-        self,
-        encoder,
-        preprocessor,
-        doc_stride=128,
-        max_question_length=64,
-        max_answer_length=15,
-        n_best=20,
-        null_score_threshold=None,
-        **kwargs,
-    ):
-        encoder, preprocessor = encoder_and_preprocessor(encoder, preprocessor)
-        sequence_length = preprocessor.sequence_length
-        for name, value in [
-            ("doc_stride", doc_stride),
-            ("max_question_length", max_question_length),
-            ("max_answer_length", max_answer_length),
-            ("n_best", n_best),
-        ]:
-            if int(value) != value or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        # The fewest context tokens a window holds: [CLS], question, 2 x [SEP].
-        context_room = sequence_length - 3 - int(max_question_length)
-        if context_room < 1:
-            raise ValueError(
-                f"`max_question_length` {max_question_length} leaves no room for the context in "
-                f"windows of `sequence_length` {sequence_length} ([CLS] and two [SEP] take 3); "
-                f"use at most {sequence_length - 4}."
-            )
-        if null_score_threshold is not None:
-            null_score_threshold = float(null_score_threshold)
+    def __init__(self, encoder, preprocessor, doc_stride=None, max_question_length=None,
+                 max_answer_length=None, n_best=None, null_score_threshold=None, **kwargs):
+        kwargs.pop("text_pairs", None)  # saved by earlier versions
+        encoder, preprocessor = encoder_and_preprocessor(
+            encoder, preprocessor, QuestionAnswererPreprocessor,
+            doc_stride=doc_stride, max_question_length=max_question_length,
+            max_answer_length=max_answer_length, n_best=n_best,
+            null_score_threshold=null_score_threshold,
+        )
 
         # === Layers ===
         self.encoder = encoder
-        self.span_logits = keras.layers.Dense(
-            2,
-            kernel_initializer=bert_initializer(),
-            dtype=encoder.token_embedding.dtype_policy,
-            name="span_logits",
-        )
+        self.span_logits = output_head(encoder, 2, "span_logits")
 
         # === Functional model ===
         inputs = encoder.input
@@ -147,21 +91,9 @@ class QuestionAnswerer(Task):
         super().__init__(inputs=inputs, outputs=outputs, preprocessor=preprocessor, **kwargs)
 
         # === Config ===
-        self.sequence_length = sequence_length
-        self.doc_stride = int(doc_stride)
-        self.max_question_length = int(max_question_length)
-        self.max_answer_length = int(max_answer_length)
-        self.n_best = int(n_best)
-        self.null_score_threshold = null_score_threshold
-        # Word pieces that continue a word ("##s"): answers are widened to whole words.
-        self._continues_word = np.array(
-            [token.startswith("##") and len(token) > 2 for token in preprocessor.tokenizer.get_vocabulary()]
-        )
         self._answer_function = None
-        self._training_function = None
+        self._logits_function = None
         self.compile()
-
-    # --- Training setup ---------------------------------------------------
 
     def default_loss(self):
         return {
@@ -177,253 +109,8 @@ class QuestionAnswerer(Task):
             for name in ("start_logits", "end_logits")
         }
 
-    # --- Windows (TensorFlow ops) -------------------------------------------
-
-    def build_windows(self, questions, contexts, answer_starts=None, answer_ends=None):
-        """Packs questions and contexts into the model's windows, with TF ops.
-
-        Args:
-            questions, contexts: 1-D string tensors (or lists) of equal length.
-            answer_starts, answer_ends: optional int tensors of the answers'
-                character offsets `[start, end)` in the contexts; -1 for a
-                question without an answer.
-
-        Returns:
-            A dict of tensors, one row per window:
-
-            - `token_ids`, `segment_ids`, `padding_mask`: model inputs,
-              `(windows, sequence_length)` int32;
-            - `example_index`: the question each window belongs to;
-            - `token_char_starts`, `token_char_ends`: each position's
-              character offsets `[start, end)` in its context, -1 outside the
-              context part of the window;
-            - `word_char_starts`, `word_char_ends`: the same for the whole
-              word each position's token is a piece of (words as the
-              tokenizer splits them: punctuation marks and CJK characters
-              are words of their own);
-            - with answers, `start_positions` and `end_positions`: the answer's
-              first and last token in the window, 0 (`[CLS]`) for a window
-              that does not hold it all;
-            - `contexts`: the contexts, as the offsets index them (invalid
-              UTF-8 replaced by U+FFFD), one per question.
-        """
-        layout = self._layout(questions, contexts, answer_starts, answer_ends)
-        return self._pack_windows(layout)
-
-    def _layout(self, questions, contexts, answer_starts=None, answer_ends=None):
-        """Tokens, character offsets and window counts of each question, before packing."""
-        questions = _valid_utf8(_string_vector(questions, "questions"))
-        contexts = _valid_utf8(_string_vector(contexts, "contexts"))
-        tf.debugging.assert_equal(
-            tf.shape(questions), tf.shape(contexts), message="Give one context per question."
-        )
-        tokenizer = self.preprocessor.tokenizer
-        question_ids = tokenizer(questions)[:, : self.max_question_length]
-        context_ids, byte_starts, byte_ends = tokenizer.tokenize_with_offsets(contexts)
-        char_starts, char_ends = _byte_to_char_offsets(contexts, byte_starts, byte_ends)
-        word_starts, word_ends = _word_offsets(
-            context_ids, char_starts, char_ends, tf.constant(self._continues_word)
-        )
-
-        question_lengths = question_ids.row_lengths()
-        context_lengths = context_ids.row_lengths()
-        room = self.sequence_length - 3 - question_lengths
-        # As run_squad.py: windows start every `doc_stride` tokens (at most a
-        # window's worth, so no token is skipped) until one reaches the end of
-        # the context; an empty context still gets one.
-        stride = tf.minimum(tf.constant(self.doc_stride, tf.int64), room)
-        window_counts = tf.where(
-            context_lengths <= room,
-            tf.ones_like(context_lengths),
-            (context_lengths - room + stride - 1) // stride + 1,
-        )
-        layout = {
-            "contexts": contexts,
-            "question_ids": question_ids,
-            "context_ids": context_ids,
-            "char_starts": char_starts,
-            "char_ends": char_ends,
-            "word_starts": word_starts,
-            "word_ends": word_ends,
-            "room": room,
-            "stride": stride,
-            "window_counts": window_counts,
-        }
-        if answer_starts is not None:
-            layout.update(_answer_tokens(char_starts, char_ends, answer_starts, answer_ends))
-        return layout
-
-    def _pack_windows(self, layout):
-        tokenizer = self.preprocessor.tokenizer
-        length = self.sequence_length
-        context_ids = layout["context_ids"]
-        num_examples = context_ids.nrows()
-        example_index = tf.repeat(tf.range(num_examples), layout["window_counts"])
-        window_number = tf.ragged.range(layout["window_counts"]).flat_values
-        window_start = window_number * tf.gather(layout["stride"], example_index)
-        window_length = tf.minimum(
-            tf.gather(layout["room"], example_index),
-            tf.gather(context_ids.row_lengths(), example_index) - window_start,
-        )
-        first_token = tf.gather(context_ids.row_starts(), example_index) + window_start
-        token_indices = tf.ragged.range(first_token, first_token + window_length)
-        window_ids = tf.gather(context_ids.flat_values, token_indices)
-        question_ids = tf.gather(layout["question_ids"], example_index)
-        packed, segment_ids = tf_text.combine_segments(
-            [question_ids, window_ids],
-            start_of_sequence_id=tokenizer.cls_token_id,
-            end_of_segment_id=tokenizer.sep_token_id,
-        )
-        token_ids, padding_mask = tf_text.pad_model_inputs(packed, length, tokenizer.pad_token_id)
-        segment_ids, _ = tf_text.pad_model_inputs(segment_ids, length, 0)
-
-        # Where the context starts in each window: after [CLS] question [SEP].
-        context_offset = tf.gather(layout["question_ids"].row_lengths(), example_index) + 2
-        in_window = tf.range(length, dtype=tf.int64)[tf.newaxis] - context_offset[:, tf.newaxis]
-        is_context = (in_window >= 0) & (in_window < window_length[:, tf.newaxis])
-
-        def per_position(flat_values):
-            # A trailing -1 keeps the gather in range when no context has a token.
-            padded = tf.concat([flat_values, [-1]], axis=0)
-            index = tf.clip_by_value(
-                first_token[:, tf.newaxis] + in_window, 0, tf.size(flat_values, tf.int64)
-            )
-            return tf.cast(tf.where(is_context, tf.gather(padded, index), -1), tf.int32)
-
-        windows = {
-            "token_ids": tf.cast(token_ids, tf.int32),
-            "segment_ids": tf.cast(segment_ids, tf.int32),
-            "padding_mask": tf.cast(padding_mask, tf.int32),
-            "example_index": tf.cast(example_index, tf.int32),
-            "token_char_starts": per_position(layout["char_starts"].flat_values),
-            "token_char_ends": per_position(layout["char_ends"].flat_values),
-            "word_char_starts": per_position(layout["word_starts"].flat_values),
-            "word_char_ends": per_position(layout["word_ends"].flat_values),
-            "contexts": layout["contexts"],
-        }
-        if "answer_first_token" in layout:
-            first = tf.gather(layout["answer_first_token"], example_index) - window_start
-            last = tf.gather(layout["answer_last_token"], example_index) - window_start
-            inside = (
-                tf.gather(layout["has_answer"], example_index)
-                & (first >= 0)
-                & (last < window_length)
-                & (first <= last)
-            )
-            windows["start_positions"] = tf.cast(tf.where(inside, first + context_offset, 0), tf.int32)
-            windows["end_positions"] = tf.cast(tf.where(inside, last + context_offset, 0), tf.int32)
-        return windows
-
-    # --- Decoding (TensorFlow ops) ------------------------------------------
-
-    def decode(self, start_logits, end_logits, windows):
-        """The best answers from the windows' logits, with TF ops.
-
-        Args:
-            start_logits, end_logits: `(windows, sequence_length)` logits.
-            windows: the dict of `build_windows` (its `example_index`,
-                `word_char_starts`, `word_char_ends` and `contexts`).
-
-        Returns:
-            A dict of tensors, one row per question: `text` (string),
-            `start`, `end` (character offsets, int32), `score` (float32),
-            and the `n_best` candidates, best first, deduplicated:
-            `candidate_texts`, `candidate_starts`, `candidate_ends`,
-            `candidate_scores` (padded with "", 0, 0, -inf) and
-            `candidate_counts`.
-        """
-        start_logits = tf.cast(start_logits, tf.float32)
-        end_logits = tf.cast(end_logits, tf.float32)
-        example_index = tf.cast(windows["example_index"], tf.int64)
-        # Spans are chosen over tokens and widened to whole words, as BERT's
-        # reference maps them back to whole words of the original text.
-        char_starts = tf.cast(windows["word_char_starts"], tf.int32)
-        char_ends = tf.cast(windows["word_char_ends"], tf.int32)
-        contexts = windows["contexts"]
-        num_examples = tf.size(contexts, tf.int64)
-        length = tf.shape(start_logits)[1]
-        span = self.max_answer_length
-        is_context = char_starts >= 0
-        minus_inf = tf.constant(-np.inf, tf.float32)
-
-        # score[w, i, j]: a span from token i to token i + j of window w.
-        starts = tf.where(is_context, start_logits, minus_inf)
-        ends = tf.pad(tf.where(is_context, end_logits, minus_inf), [[0, 0], [0, span - 1]],
-                      constant_values=-np.inf)
-        band = tf.stack([ends[:, j : j + length] for j in range(span)], axis=-1)
-        scores = starts[:, :, tf.newaxis] + band
-        # Every allowed span competes: several token spans can widen to the
-        # same words, so a per-window top k could miss distinct answers.
-        allowed = tf.where(scores > minus_inf)  # (window, first token, length - 1)
-        window, first_token = allowed[:, 0], allowed[:, 1]
-        last_token = first_token + allowed[:, 2]
-        candidates = {
-            "example": tf.gather(example_index, window),
-            "start": tf.cast(tf.gather_nd(char_starts, tf.stack([window, first_token], axis=1)), tf.int64),
-            "end": tf.cast(tf.gather_nd(char_ends, tf.stack([window, last_token], axis=1)), tf.int64),
-            "score": tf.gather_nd(scores, allowed),
-        }
-        candidates = _best_distinct_spans(candidates, num_examples, self.n_best)
-
-        null_scores = tf.math.unsorted_segment_min(
-            start_logits[:, 0] + end_logits[:, 0], example_index, num_examples
-        )
-        has_span = candidates["counts"] > 0
-        best_score = candidates["score"][:, 0]
-        answer_null = tf.logical_not(has_span)
-        if self.null_score_threshold is not None:
-            answer_null |= null_scores - best_score > self.null_score_threshold
-        start = tf.where(answer_null, 0, candidates["start"][:, 0])
-        end = tf.where(answer_null, 0, candidates["end"][:, 0])
-        tiled_contexts = tf.broadcast_to(contexts[:, tf.newaxis], tf.shape(candidates["start"]))
-        candidate_texts = tf.strings.substr(
-            tiled_contexts, candidates["start"], candidates["end"] - candidates["start"], unit="UTF8_CHAR"
-        )
-        return {
-            "text": tf.strings.substr(contexts, start, end - start, unit="UTF8_CHAR"),
-            "start": start,
-            "end": end,
-            "score": tf.where(answer_null, null_scores, best_score),
-            "null_score": null_scores,
-            "candidate_texts": candidate_texts,
-            "candidate_starts": candidates["start"],
-            "candidate_ends": candidates["end"],
-            "candidate_scores": candidates["score"],
-            "candidate_counts": tf.cast(candidates["counts"], tf.int32),
-        }
-
-    def answer(self, questions, contexts):
-        """Answers a batch of questions in one graph: strings in, answers out.
-
-        A `tf.function` over 1-D string tensors that builds the windows, runs
-        the model and decodes; it returns the dict of `decode`. This is the
-        computation a serving signature exports.
-        """
-        if self._answer_function is None:
-            spec = tf.TensorSpec([None], tf.string)
-            self._answer_function = tf.function(self._answer, input_signature=[spec, spec])
-        return self._answer_function(questions, contexts)
-
-    def _answer(self, questions, contexts):
-        windows = self.build_windows(questions, contexts)
-        outputs = self({name: windows[name] for name in MODEL_INPUTS}, training=False)
-        return self.decode(outputs["start_logits"], outputs["end_logits"], windows)
-
-    # --- Keras API on questions ---------------------------------------------
-
-    def fit(
-        self,
-        x=None,
-        y=None,
-        batch_size=None,
-        epochs=1,
-        *,
-        questions=None,
-        contexts=None,
-        answer_starts=None,
-        answer_texts=None,
-        **kwargs,
-    ):
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, *, questions=None, contexts=None,
+            answer_starts=None, answer_texts=None, **kwargs):
         """Fine-tunes on questions with their contexts and answers.
 
         The training data is the records of `kbert.data.load_squad` (the
@@ -438,42 +125,79 @@ class QuestionAnswerer(Task):
         if questions is not None or contexts is not None:
             if x is not None or y is not None:
                 raise ValueError("Give the training data either as `x`/`y` or as keywords, not both.")
-            x = _keyword_examples(questions, contexts, answer_starts, answer_texts)
+            x = keyword_examples(questions, contexts, answer_starts, answer_texts)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        """The loss and start/end accuracies on windows; `evaluate_squad` gives EM and F1."""
+        """The loss and start/end accuracies on windows; `evaluate_report` gives EM and F1."""
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
-    def predict(
-        self,
-        x=None,
-        batch_size=None,
-        verbose="auto",
-        *,
-        question=None,
-        context=None,
-        questions=None,
-        contexts=None,
-        top_k=None,
-    ):
+    def _validation_dataset(self, validation_data, batch_size):
+        if isinstance(validation_data, QAExamples) or is_records(validation_data):
+            validation_data = (validation_data, None)
+        return super()._validation_dataset(validation_data, batch_size)
+
+    def _question_batches(self, x, batch_size, questions=None, contexts=None):
+        """`(questions, contexts)` string tensors of each batch of questions."""
+        if questions is not None or contexts is not None:
+            if x is not None:
+                raise ValueError("Give the questions either as `x` or as keywords, not both.")
+            qa_examples = keyword_examples(questions, contexts, None, None)
+        else:
+            qa_examples = as_examples(x, None, with_answers=False)
+        batch_size = batch_size or self.preprocessor.default_batch_size
+        count = len(qa_examples.questions)
+        return [
+            (
+                tf.constant(qa_examples.questions[begin : begin + batch_size], tf.string),
+                tf.constant(qa_examples.contexts[begin : begin + batch_size], tf.string),
+            )
+            for begin in range(0, count, batch_size)
+        ]
+
+    def predict(self, x=None, batch_size=None, verbose="auto", *, questions=None, contexts=None,
+                question=None, context=None, top_k=None):
+        """The span logits of each question: a list with one dict per question.
+
+        Each dict holds `start_logits` and `end_logits`, float32 arrays
+        `(windows, sequence_length)` over the question's windows (see
+        `kbert.QuestionAnswererPreprocessor`). `x` takes question records
+        (dicts with `question` and `context`) or a `(questions, contexts)`
+        tuple; `questions` and `contexts` may be given as keywords. For
+        answers, use `answer`.
+        """
+        if question is not None or context is not None:
+            deprecated("QuestionAnswerer.predict(question=..., context=...)", "answer(question=..., context=...)")
+            return self.answer(question=question, context=context, top_k=top_k)
+        if self._logits_function is None:
+            spec = tf.TensorSpec([None], tf.string)
+            self._logits_function = tf.function(
+                lambda q, c: self.preprocessor.window_logits(self, q, c), input_signature=[spec, spec]
+            )
+        batches = self._question_batches(x, batch_size, questions, contexts)
+        results = []
+        for batch in self._map_batches(self._logits_function, batches, verbose):
+            splits = np.cumsum(np.bincount(batch["example_index"], minlength=0))[:-1]
+            starts = np.split(batch["start_logits"], splits)
+            ends = np.split(batch["end_logits"], splits)
+            results.extend({"start_logits": s, "end_logits": e} for s, e in zip(starts, ends))
+        return results
+
+    def answer(self, x=None, batch_size=None, verbose=0, *, question=None, context=None,
+               questions=None, contexts=None, top_k=None):
         """Answers questions about contexts.
 
-        Returns answers rather than logits, as a question-answering pipeline
-        does (the logits of windows are `self(windows)`, see
-        `build_windows`). Each answer is a dict: `text`, its character offsets
-        `start` and `end` in the context (`context[start:end] == text`), and
-        `score`, the span's `start_logit + end_logit`. An answer `""` at 0 is
-        "no answer" (see `null_score_threshold`), scored by the `[CLS]`
-        logits.
+        Each answer is a dict: `text`, its character offsets `start` and
+        `end` in the context (`context[start:end] == text`), and `score`, the
+        span's `start_logit + end_logit`. An answer `""` at 0 is "no answer"
+        (see `null_score_threshold`), scored by the `[CLS]` logits.
 
         Args:
             x: question records (dicts with `question` and `context`), or a
                 `(questions, contexts)` tuple.
             batch_size: questions per model call (each gives one or more
                 windows); default 32.
-            verbose: show a progress bar over the batches (`"auto"`: when
-                there is more than one).
+            verbose: show a progress bar over the batches.
             question, context: one question and its context.
             questions, contexts: lists of them.
             top_k: None for the best answer; a number for a list of the best
@@ -490,428 +214,43 @@ class QuestionAnswerer(Task):
                                 "`questions` and `contexts` for lists.")
             if x is not None or questions is not None or contexts is not None:
                 raise ValueError("Give one `question` and `context`, or lists, not both.")
-            return self.predict(questions=[question], contexts=[context], top_k=top_k, verbose=0)[0]
-        if questions is not None or contexts is not None:
-            if x is not None:
-                raise ValueError("Give the questions either as `x` or as keywords, not both.")
-            examples = _keyword_examples(questions, contexts, None, None)
-        else:
-            examples = _as_examples(x, None, with_answers=False)
-        if top_k is not None and (int(top_k) != top_k or not 1 <= top_k <= self.n_best):
-            raise ValueError(f"`top_k` must be None or from 1 to `n_best` ({self.n_best}), got {top_k!r}.")
-        batch_size = batch_size or DEFAULT_BATCH_SIZE
-        count = len(examples.questions)
-        steps = math.ceil(count / batch_size)
-        progress = None
-        if verbose and steps > 1:
-            progress = keras.utils.Progbar(steps, verbose=1 if verbose == "auto" else verbose)
-        answers = []
-        for step, begin in enumerate(range(0, count, batch_size)):
-            end = begin + batch_size
-            batch = self.answer(
-                tf.constant(examples.questions[begin:end], tf.string),
-                tf.constant(examples.contexts[begin:end], tf.string),
+            return self.answer(questions=[question], contexts=[context], top_k=top_k)[0]
+        n_best = self.preprocessor.n_best
+        if top_k is not None and (int(top_k) != top_k or not 1 <= top_k <= n_best):
+            raise ValueError(f"`top_k` must be None or from 1 to `n_best` ({n_best}), got {top_k!r}.")
+        if self._answer_function is None:
+            spec = tf.TensorSpec([None], tf.string)
+            self._answer_function = tf.function(
+                lambda q, c: self.preprocessor.answer_batch(self, q, c), input_signature=[spec, spec]
             )
-            answers.extend(_answer_dicts(batch, top_k))
-            if progress is not None:
-                progress.update(step + 1)
+        batches = self._question_batches(x, batch_size, questions, contexts)
+        answers = []
+        for batch in self._map_batches(self._answer_function, batches, verbose):
+            answers.extend(answer_dicts(batch, top_k))
         return answers
 
-    def evaluate_squad(self, records, batch_size=None, verbose="auto"):
+    def evaluate_report(self, x, y=None, batch_size=None, verbose=0):
         """SQuAD's exact match and F1 (0 to 100) of this model's answers.
 
         Args:
-            records: question dicts as `kbert.data.load_squad` returns, each
-                with its gold `answers` (any of them counts as right).
+            x: question dicts as `kbert.data.load_squad` returns, each with
+                its gold `answers` (any of them counts as right); or a
+                `(questions, contexts)` tuple with the answers as `y`.
+            y: for a tuple `x`, each question's gold answers (a list of
+                `{"text", ...}` dicts, or one dict).
             batch_size: questions per model call.
             verbose: progress bar over the batches.
 
         Returns:
             `{"exact_match": float, "f1": float}`.
         """
-        records = list(records)
-        predictions = self.predict(records, batch_size=batch_size, verbose=verbose)
+        if y is None:
+            records = list(x)
+        else:
+            records = [{"answers": answers if isinstance(answers, list) else [answers]} for answers in y]
+            if len(records) != len(x[0]):
+                raise ValueError(f"Got {len(x[0])} questions but {len(records)} answers.")
+        predictions = self.answer(x, batch_size=batch_size, verbose=verbose)
         return squad_scores([p["text"] for p in predictions], records)
 
-    # --- Data to windows in tf.data ----------------------------------------
-
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
-        batch_size = batch_size or DEFAULT_BATCH_SIZE
-        if isinstance(x, tf.data.Dataset):
-            features = x.element_spec[0] if isinstance(x.element_spec, tuple) else x.element_spec
-            if y is not None or sample_weight is not None:
-                raise ValueError("With a tf.data.Dataset, put the targets in the dataset, not in `y`.")
-            if not isinstance(features, dict) or "token_ids" not in features:
-                raise TypeError(
-                    "A tf.data.Dataset for a QuestionAnswerer must hold windows (model inputs and "
-                    "targets, see `build_windows`); give questions as lists or records instead."
-                )
-            return x
-        if sample_weight is not None:
-            raise ValueError("A QuestionAnswerer takes no `sample_weight`.")
-        examples = _as_examples(x, y, with_answers=True)
-        answer_starts, answer_ends = self._check_answers(examples)
-        window_total = int(sum(self._window_counts(examples, answer_starts, answer_ends)))
-
-        dataset = tf.data.Dataset.from_tensor_slices(
-            (
-                np.asarray(examples.questions, dtype=object).astype(str),
-                np.asarray(examples.contexts, dtype=object).astype(str),
-                np.asarray(answer_starts, "int64"),
-                np.asarray(answer_ends, "int64"),
-            )
-        )
-        if shuffle:
-            dataset = dataset.shuffle(len(examples.questions), reshuffle_each_iteration=True)
-
-        def to_windows(questions, contexts, starts, ends):
-            features, targets, _, _ = self._training_windows(questions, contexts, starts, ends)
-            return features, targets
-
-        # A batch of questions gives at least as many windows; re-batch windows.
-        dataset = dataset.batch(batch_size).map(to_windows, num_parallel_calls=tf.data.AUTOTUNE)
-        dataset = dataset.unbatch().batch(batch_size)
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(math.ceil(window_total / batch_size)))
-        return dataset.prefetch(tf.data.AUTOTUNE)
-
-    def _validation_dataset(self, validation_data, batch_size):
-        if isinstance(validation_data, tf.data.Dataset):
-            return self._dataset(validation_data, batch_size=batch_size)
-        if isinstance(validation_data, _QAExamples) or _is_records(validation_data):
-            return self._dataset(validation_data, batch_size=batch_size)
-        if isinstance(validation_data, tuple) and len(validation_data) == 2:
-            return self._dataset(*validation_data, batch_size=batch_size)
-        raise ValueError(
-            "`validation_data` must be question records, a ((questions, contexts), answers) "
-            "tuple, or a tf.data.Dataset of windows."
-        )
-
-    def _check_answers(self, examples):
-        """Character `[start, end)` of each answer (-1 for none), checked against its context."""
-        starts, ends = [], []
-        for index, (context, start, text) in enumerate(
-            zip(examples.contexts, examples.answer_starts, examples.answer_texts)
-        ):
-            if text == "":
-                starts.append(-1)
-                ends.append(-1)
-                continue
-            found = context[start : start + len(text)] if start is not None and start >= 0 else None
-            if found != text:
-                raise ValueError(
-                    f"Answer {index} ({text!r:.60}) at character {start} does not match its "
-                    f"context there ({found!r:.60})."
-                )
-            starts.append(start)
-            ends.append(start + len(text))
-        return starts, ends
-
-    def _training_windows(self, questions, contexts, answer_starts, answer_ends):
-        """Windows with targets, windows per question, and whether each answer covers a token.
-
-        One `tf.function` per model, traced once: `tf.data` maps call it, and
-        so does the count of windows before training.
-        """
-        if self._training_function is None:
-            def training_windows(questions, contexts, starts, ends):
-                layout = self._layout(questions, contexts, starts, ends)
-                windows = self._pack_windows(layout)
-                features = {name: windows[name] for name in MODEL_INPUTS}
-                targets = {
-                    "start_logits": windows["start_positions"],
-                    "end_logits": windows["end_positions"],
-                }
-                covered = layout["answer_first_token"] <= layout["answer_last_token"]
-                covered |= tf.logical_not(layout["has_answer"])
-                return features, targets, layout["window_counts"], covered
-
-            texts, offsets = tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64)
-            self._training_function = tf.function(
-                training_windows, input_signature=[texts, texts, offsets, offsets]
-            )
-        return self._training_function(questions, contexts, answer_starts, answer_ends)
-
-    def _window_counts(self, examples, answer_starts, answer_ends):
-        """Windows per question; fails on an answer that covers no token."""
-        counts = []
-        for begin in range(0, len(examples.questions), _COUNT_BATCH_SIZE):
-            end = begin + _COUNT_BATCH_SIZE
-            _, _, window_counts, covered = self._training_windows(
-                tf.constant(examples.questions[begin:end], tf.string),
-                tf.constant(examples.contexts[begin:end], tf.string),
-                tf.constant(answer_starts[begin:end], tf.int64),
-                tf.constant(answer_ends[begin:end], tf.int64),
-            )
-            uncovered = np.flatnonzero(~covered.numpy())
-            if uncovered.size:
-                index = begin + int(uncovered[0])
-                raise ValueError(
-                    f"Answer {index} ({examples.answer_texts[index]!r:.60}) covers no token of its "
-                    "context: it is only whitespace or characters the tokenizer drops."
-                )
-            counts.extend(window_counts.numpy().tolist())
-        return counts
-
-    # --- Config -------------------------------------------------------------
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "encoder": keras.saving.serialize_keras_object(self.encoder),
-                "doc_stride": self.doc_stride,
-                "max_question_length": self.max_question_length,
-                "max_answer_length": self.max_answer_length,
-                "n_best": self.n_best,
-                "null_score_threshold": self.null_score_threshold,
-            }
-        )
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-
-# --- Helpers: TensorFlow ----------------------------------------------------
-
-
-def _string_vector(texts, name):
-    if not isinstance(texts, tf.Tensor):
-        texts = tf.convert_to_tensor(texts, tf.string)
-    if texts.dtype != tf.string:
-        raise TypeError(f"`{name}` must be strings, got a tensor of dtype {texts.dtype.name}.")
-    if texts.shape.rank != 1:
-        raise ValueError(f"`{name}` must be a 1-D batch of strings, got shape {texts.shape}.")
-    return texts
-
-
-def _valid_utf8(texts):
-    # The tokenizer's offsets index the text with invalid UTF-8 replaced;
-    # answers are cut from that same text.
-    return tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                        replacement_char=0xFFFD)
-
-
-def _byte_to_char_offsets(texts, byte_starts, byte_ends):
-    """Token offsets in UTF-8 bytes to offsets in characters (code points)."""
-    _, char_byte_starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8")
-    # One sorted list of every character's start, rows shifted by their bytes
-    # before them, so a single searchsorted serves the whole batch.
-    row_bytes = tf.math.cumsum(tf.cast(tf.strings.length(texts), tf.int64), exclusive=True)
-    all_chars = char_byte_starts.flat_values + tf.gather(row_bytes, char_byte_starts.value_rowids())
-    token_rows = byte_starts.value_rowids()
-    token_shift = tf.gather(row_bytes, token_rows)
-    chars_before_row = tf.gather(char_byte_starts.row_starts(), token_rows)
-
-    def search(positions, side):
-        found = tf.searchsorted(all_chars[tf.newaxis], positions[tf.newaxis], side=side,
-                                out_type=tf.int64)
-        return found[0] - chars_before_row
-
-    # A token starts at the character that starts at its first byte; it ends
-    # after the characters that start before its end.
-    starts = search(byte_starts.flat_values + token_shift, "right") - 1
-    ends = search(byte_ends.flat_values + token_shift, "left")
-    return byte_starts.with_flat_values(starts), byte_ends.with_flat_values(ends)
-
-
-def _word_offsets(token_ids, char_starts, char_ends, continues_word):
-    """The character offsets of the word each token is a piece of."""
-    flat_ids = token_ids.flat_values
-    rows = token_ids.value_rowids()
-    first_in_row = tf.range(tf.size(flat_ids, tf.int64)) == tf.gather(token_ids.row_starts(), rows)
-    begins_word = first_in_row | tf.logical_not(tf.gather(continues_word, flat_ids))
-    word = tf.math.cumsum(tf.cast(begins_word, tf.int64)) - 1
-    num_words = tf.reduce_sum(tf.cast(begins_word, tf.int64))
-    starts = tf.math.unsorted_segment_min(char_starts.flat_values, word, num_words)
-    ends = tf.math.unsorted_segment_max(char_ends.flat_values, word, num_words)
-    return (
-        char_starts.with_flat_values(tf.gather(starts, word)),
-        char_ends.with_flat_values(tf.gather(ends, word)),
-    )
-
-
-def _answer_tokens(char_starts, char_ends, answer_starts, answer_ends):
-    """The first and last context token of each answer (its characters' tokens)."""
-    answer_starts = tf.cast(answer_starts, tf.int64)
-    answer_ends = tf.cast(answer_ends, tf.int64)
-    rows = char_starts.value_rowids()
-    num_rows = char_starts.nrows()
-    # Tokens are in text order: the first answer token is the first that ends
-    # after the answer starts; the last is the last that starts before it ends.
-    ended_before = tf.cast(char_ends.flat_values <= tf.gather(answer_starts, rows), tf.int64)
-    started_before = tf.cast(char_starts.flat_values < tf.gather(answer_ends, rows), tf.int64)
-    return {
-        "answer_first_token": tf.math.unsorted_segment_sum(ended_before, rows, num_rows),
-        "answer_last_token": tf.math.unsorted_segment_sum(started_before, rows, num_rows) - 1,
-        "has_answer": answer_starts >= 0,
-    }
-
-
-def _best_distinct_spans(candidates, num_examples, n_best):
-    """Each question's `n_best` best distinct character spans, padded to a dense batch.
-
-    Overlapping windows find the same span twice; the better score is kept.
-    """
-    # One row per distinct (question, start, end), with its best score.
-    keys = tf.stack([candidates[key] for key in ("example", "start", "end")], axis=1)
-    distinct, index = tf.raw_ops.UniqueV2(x=keys, axis=tf.constant([0], tf.int64))
-    candidates = {
-        "example": distinct[:, 0],
-        "start": tf.cast(distinct[:, 1], tf.int32),
-        "end": tf.cast(distinct[:, 2], tf.int32),
-        "score": tf.math.unsorted_segment_max(candidates["score"], index, tf.shape(distinct)[0]),
-    }
-
-    def reorder(order):
-        return {name: tf.gather(value, order) for name, value in candidates.items()}
-
-    # Best first within each question (stable sorts, least significant key first).
-    candidates = reorder(tf.argsort(candidates["score"], direction="DESCENDING", stable=True))
-    candidates = reorder(tf.argsort(candidates["example"], stable=True))
-
-    def per_question(values, default):
-        ragged = tf.RaggedTensor.from_value_rowids(values, candidates["example"], nrows=num_examples)
-        return ragged[:, :n_best].to_tensor(default_value=default, shape=[None, n_best])
-
-    result = {
-        "start": per_question(candidates["start"], 0),
-        "end": per_question(candidates["end"], 0),
-        "score": per_question(candidates["score"], -np.inf),
-    }
-    result["counts"] = tf.minimum(
-        tf.math.bincount(tf.cast(candidates["example"], tf.int32), minlength=tf.cast(num_examples, tf.int32),
-                         dtype=tf.int64),
-        n_best,
-    )
-    return result
-
-
-# --- Helpers: Python inputs and outputs -------------------------------------
-
-
-def _is_records(x):
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(r, dict) for r in x)
-
-
-def _check_texts(texts, name):
-    if isinstance(texts, (str, bytes)):
-        raise TypeError(f"`{name}` must be a list of strings, got a single string; wrap it in a list.")
-    texts = list(texts)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"{name}[{i}] is a {type(text).__name__}, not a string: {text!r:.60}.")
-    return texts
-
-
-def _keyword_examples(questions, contexts, answer_starts, answer_texts):
-    if questions is None or contexts is None:
-        raise ValueError("Give both `questions` and `contexts`.")
-    questions = _check_texts(questions, "questions")
-    contexts = _check_texts(contexts, "contexts")
-    if len(questions) != len(contexts):
-        raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts.")
-    if (answer_starts is None) != (answer_texts is None):
-        raise ValueError("Give both `answer_starts` and `answer_texts`, or neither.")
-    if answer_starts is not None:
-        answer_starts = [int(s) for s in answer_starts]
-        answer_texts = _check_texts(answer_texts, "answer_texts")
-        if not len(answer_starts) == len(answer_texts) == len(questions):
-            raise ValueError(
-                f"Got {len(questions)} questions, {len(answer_starts)} answer starts and "
-                f"{len(answer_texts)} answer texts; give one of each per question."
-            )
-    return _QAExamples(questions, contexts, answer_starts, answer_texts)
-
-
-def _first_answer(answers, index):
-    """`(start, text)` of the first answer in a dict or a list of dicts; (-1, "") for none."""
-    if isinstance(answers, dict):
-        answers = [answers]
-    if not isinstance(answers, (list, tuple)):
-        raise TypeError(
-            f"Answer {index} must be a {{'text', 'answer_start'}} dict or a list of them, "
-            f"got {answers!r:.60}."
-        )
-    if not answers:
-        return -1, ""
-    answer = answers[0]
-    if not isinstance(answer, dict) or "text" not in answer or "answer_start" not in answer:
-        raise TypeError(f"Answer {index} must have 'text' and 'answer_start', got {answer!r:.80}.")
-    return int(answer["answer_start"]), answer["text"]
-
-
-def _as_examples(x, y, with_answers):
-    """Questions, contexts and (for training) first answers from the accepted input forms."""
-    if isinstance(x, _QAExamples):
-        examples = x
-    elif _is_records(x):
-        if y is not None:
-            raise ValueError("Question records carry their answers; give no `y`.")
-        for i, record in enumerate(x):
-            if "question" not in record or "context" not in record:
-                raise TypeError(f"Record {i} has no 'question' or 'context': keys {sorted(record)}.")
-        questions = _check_texts([r["question"] for r in x], "questions")
-        contexts = _check_texts([r["context"] for r in x], "contexts")
-        starts = texts = None
-        if with_answers:
-            if any("answers" not in r for r in x):
-                index = next(i for i, r in enumerate(x) if "answers" not in r)
-                raise TypeError(f"Record {index} has no 'answers' to train on.")
-            starts, texts = zip(*[_first_answer(r["answers"], i) for i, r in enumerate(x)]) if x else ((), ())
-        examples = _QAExamples(questions, contexts, starts and list(starts), texts and list(texts))
-    elif isinstance(x, (tuple, list)) and len(x) == 2 and not isinstance(x[0], (str, bytes, dict)):
-        questions, contexts = _check_texts(x[0], "questions"), _check_texts(x[1], "contexts")
-        if len(questions) != len(contexts):
-            raise ValueError(f"Got {len(questions)} questions but {len(contexts)} contexts.")
-        starts = texts = None
-        if with_answers:
-            if y is None:
-                raise ValueError("Give the answers as `y`: one {'text', 'answer_start'} dict per question.")
-            y = list(y)
-            if len(y) != len(questions):
-                raise ValueError(f"Got {len(questions)} questions but {len(y)} answers.")
-            pairs = [_first_answer(answers, i) for i, answers in enumerate(y)]
-            starts, texts = [p[0] for p in pairs], [p[1] for p in pairs]
-        examples = _QAExamples(questions, contexts, starts, texts)
-    else:
-        raise TypeError(
-            "Give question records (as kbert.data.load_squad returns), a (questions, contexts) "
-            f"tuple, or the `questions`/`contexts` keywords; got {type(x).__name__}."
-        )
-    if not examples.questions:
-        raise ValueError("No questions given.")
-    if with_answers and examples.answer_starts is None:
-        raise ValueError("Training needs answers: give `answer_starts` and `answer_texts`.")
-    return examples
-
-
-def _answer_dicts(batch, top_k):
-    """The numpy results of `decode` as Python answer dicts."""
-    values = {name: value.numpy() for name, value in batch.items()}
-    answers = []
-    for row in range(len(values["text"])):
-        if top_k is None:
-            answers.append(
-                {
-                    "text": values["text"][row].decode("utf-8"),
-                    "start": int(values["start"][row]),
-                    "end": int(values["end"][row]),
-                    "score": float(values["score"][row]),
-                }
-            )
-            continue
-        count = min(int(values["candidate_counts"][row]), top_k)
-        answers.append(
-            [
-                {
-                    "text": values["candidate_texts"][row, i].decode("utf-8"),
-                    "start": int(values["candidate_starts"][row, i]),
-                    "end": int(values["candidate_ends"][row, i]),
-                    "score": float(values["candidate_scores"][row, i]),
-                }
-                for i in range(count)
-            ]
-        )
-    return answers
+    evaluate_squad = evaluate_report

@@ -206,6 +206,22 @@ class Tokenizer(PreprocessingLayer):
             special = tf.zeros_like(special)
         return words, starts, ends, special
 
+    def split_words(self, texts):
+        """Splits a batch of texts into words as the tokenizer sees them, with byte offsets.
+
+        Words are split on whitespace, and every punctuation mark (and CJK
+        character) is a word of its own, before any normalisation.
+
+        Returns:
+            `(texts, words, starts, ends)`: the texts as the offsets index
+            them (invalid UTF-8 replaced by U+FFFD), the words (a ragged
+            string tensor, `(batch, (words))`) and each word's `[start,
+            end)` byte offsets in its text.
+        """
+        texts, _ = self._batch(texts)  # a single text becomes a batch of one
+        words, starts, ends, _ = self._split_words(texts)
+        return texts, words, starts, ends
+
     def _limit_word_length(self, words):
         too_long = tf.strings.length(words, unit="UTF8_CHAR") > self.max_chars_per_word
         return tf.where(too_long, tf.constant(UNK), words)

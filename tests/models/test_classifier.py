@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
 from tests.test_case import TINY_VOCABULARY, run_task_test, tiny_encoder_kwargs
 
@@ -19,7 +20,9 @@ def tiny_classifier(num_classes=2, sequence_length=12, **kwargs):
 
 def test_fit_predict_save_on_single_texts(tmp_path):
     model = tiny_classifier(class_names=["negative", "positive"])
-    restored, predictions = run_task_test(model, TEXTS, LABELS, tmp_path)
+    dataset = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS))
+    restored, predictions = run_task_test(model, TEXTS, LABELS, tmp_path, dataset=dataset,
+                                          request={"text": TEXTS})
     assert predictions.shape == (4, 2)
     assert restored.class_names == ["negative", "positive"]
     assert restored.preprocessor.sequence_length == 12
@@ -34,7 +37,9 @@ def test_fit_predict_save_on_single_texts(tmp_path):
 def test_fit_predict_save_on_text_pairs(tmp_path):
     model = tiny_classifier(num_classes=3)
     pairs = (["the cat sat", "a dog", "a film", "free prize"], ["on the mat", "sat", "good", "now"])
-    _, predictions = run_task_test(model, pairs, [0, 1, 2, 1], tmp_path)
+    dataset = tf.data.Dataset.from_tensor_slices((pairs, [0, 1, 2, 1])).batch(3)
+    _, predictions = run_task_test(model, pairs, [0, 1, 2, 1], tmp_path, dataset=dataset,
+                                   request={"text": pairs[0], "text_pair": pairs[1]})
     assert predictions.shape == (4, 3)
     # Segment B matters: swapping the second texts changes the prediction.
     swapped = (pairs[0], pairs[1][::-1])
@@ -50,7 +55,7 @@ def test_learns_a_separable_task():
     texts = ["good film", "bad film", "a good cat", "a bad cat"] * 8
     labels = [1, 0, 1, 0] * 8
     model.fit(texts, labels, batch_size=8, epochs=15, verbose=0)
-    assert model.predict_classes(["good film", "bad film", "a good dog", "a bad dog"], verbose=0).tolist() == [1, 0, 1, 0]
+    assert model.predict(["good film", "bad film", "a good dog", "a bad dog"], verbose=0).argmax(-1).tolist() == [1, 0, 1, 0]
     assert model.evaluate(texts, labels, verbose=0, return_dict=True)["accuracy"] == 1.0
 
 
@@ -66,13 +71,13 @@ def test_accepts_tf_data_batched_or_not():
 def test_batches_are_padded_to_their_longest_text():
     model = tiny_classifier(sequence_length=32)
     texts = ["a good film"] * 3 + ["the cat sat on the mat " * 5]
-    widths = [batch["token_ids"].shape[1] for batch in model._dataset(texts, batch_size=2)]
+    widths = [batch["token_ids"].shape[1] for batch in task_dataset(model.preprocessor, texts, batch_size=2)]
     # 5 tokens round up to 8; the long text fills its batch's 32.
     assert widths == [8, 32]
     full = kbert.Classifier.from_config(model.get_config())
     full.set_weights(model.get_weights())
-    full.pads_to_longest = False
-    assert [b["token_ids"].shape[1] for b in full._dataset(texts, batch_size=2)] == [32, 32]
+    full.preprocessor.pads_to_longest = False
+    assert [b["token_ids"].shape[1] for b in task_dataset(full.preprocessor, texts, batch_size=2)] == [32, 32]
     # Padding does not change the outputs.
     np.testing.assert_allclose(
         model.predict(texts, batch_size=2, verbose=0), full.predict(texts, batch_size=2, verbose=0), atol=1e-5
@@ -84,7 +89,7 @@ def test_training_batches_group_similar_lengths():
     lengths = np.random.default_rng(0).integers(1, 30, size=300)
     texts = [" ".join(["cat"] * int(n)) for n in lengths]
     labels = (lengths % 2).tolist()
-    dataset = model._dataset(texts, labels, batch_size=10, shuffle=True)
+    dataset = task_dataset(model.preprocessor, texts, labels, batch_size=10, shuffle=True)
     assert int(dataset.cardinality()) == 30
     seen, padded = [], 0
     for features, batch_labels in dataset:
@@ -107,7 +112,11 @@ def test_probabilities_and_classes_agree_with_logits():
     probabilities = model.predict_proba(TEXTS, verbose=0)
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-6)
     np.testing.assert_allclose(probabilities, tf.nn.softmax(logits).numpy(), atol=1e-6)
-    assert model.predict_classes(TEXTS, verbose=0).tolist() == logits.argmax(-1).tolist()
+    assert model.classify(TEXTS) == logits.argmax(-1).tolist()  # ids: the classes have no names
+    named = tiny_classifier(num_classes=3, class_names=["a", "b", "c"])
+    assert named.classify(TEXTS) == [["a", "b", "c"][i] for i in named.predict(TEXTS, verbose=0).argmax(-1)]
+    with pytest.warns(DeprecationWarning, match="classify"):
+        assert model.predict_classes(TEXTS, verbose=0).tolist() == logits.argmax(-1).tolist()
 
 
 def test_each_fit_gets_its_own_warmup_and_decay():
@@ -244,7 +253,7 @@ def test_evaluate_report_scores_the_predicted_classes():
     model = tiny_classifier(class_names=["negative", "positive"])
     report = model.evaluate_report(TEXTS, LABELS, batch_size=3)
     expected = kbert.metrics.classification_report(
-        LABELS, model.predict_classes(TEXTS, verbose=0), class_names=["negative", "positive"]
+        LABELS, model.predict(TEXTS, verbose=0).argmax(-1), class_names=["negative", "positive"]
     )
     assert report == expected
     dataset = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS))

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 import kbert
-from tests.test_case import TINY_VOCABULARY, assert_all_close, run_config_round_trip, tiny_encoder_kwargs
+from tests.test_case import (
+    TINY_VOCABULARY,
+    assert_all_close,
+    run_config_round_trip,
+    run_task_test,
+    tiny_encoder_kwargs,
+)
 
 TEXTS = ["the cat sat on the mat", "a good film", "free prize now!", "see"]
 
@@ -25,6 +31,15 @@ def encoder_outputs(encoder, preprocessor, texts):
     inputs = preprocessor(texts)
     outputs = encoder(inputs, training=False)
     return inputs["padding_mask"].numpy(), keras.tree.map_structure(np.asarray, outputs)
+
+
+def test_task_harness(tmp_path):
+    encoder, preprocessor = tiny_parts()
+    embedder = kbert.Embedder(encoder, preprocessor, normalize=True)
+    restored, outputs = run_task_test(embedder, TEXTS, None, tmp_path, trains=False,
+                                      request={"text": TEXTS})
+    assert outputs["sentence_embedding"].shape == (4, 16)
+    assert restored.normalize
 
 
 def test_mean_pooling_is_the_masked_mean_of_the_last_layer():

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.data import task_dataset
 from tests.test_case import TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
 
 CONTEXTS = ["the cat sat", "a dog", "a good film", "free prize"]
@@ -24,7 +25,9 @@ def tiny_multiple_choice(num_choices=3, sequence_length=10, **kwargs):
 
 def test_fit_predict_save_and_tf_data(tmp_path):
     model = tiny_multiple_choice()
-    restored, logits = run_task_test(model, (CONTEXTS, CHOICES), LABELS, tmp_path)
+    dataset = tf.data.Dataset.from_tensor_slices(((CONTEXTS, CHOICES), LABELS))
+    restored, logits = run_task_test(model, (CONTEXTS, CHOICES), LABELS, tmp_path, dataset=dataset,
+                                     request={"context": CONTEXTS, "choices": CHOICES})
     assert logits.shape == (4, 3)
     assert restored.num_choices == 3
     # A choice's score depends on its context and its own text, not on the other choices.
@@ -41,13 +44,13 @@ def test_fit_predict_save_and_tf_data(tmp_path):
     history = model.fit(unbatched.batch(2), epochs=1, verbose=0, validation_data=unbatched)
     assert np.isfinite(history.history["val_loss"][0])
     logits = model.predict(tf.data.Dataset.from_tensor_slices((CONTEXTS, CHOICES)), verbose=0)
-    np.testing.assert_allclose(logits, model(next(iter(model._dataset((CONTEXTS, CHOICES))))), atol=1e-8)
+    np.testing.assert_allclose(logits, model(next(iter(task_dataset(model.preprocessor, (CONTEXTS, CHOICES))))), atol=1e-8)
 
 
 def test_each_choice_is_packed_as_a_pair_with_its_context():
     model = tiny_multiple_choice(num_choices=2, sequence_length=8)
     tokenizer = model.preprocessor.tokenizer
-    features = next(iter(model._dataset((["the cat", "a dog"], [["sat", "on the mat"], ["now", "!"]]))))
+    features = next(iter(task_dataset(model.preprocessor, (["the cat", "a dog"], [["sat", "on the mat"], ["now", "!"]]))))
     assert {name: tuple(value.shape) for name, value in features.items()} == {
         name: (2, 2, 8) for name in ("token_ids", "segment_ids", "padding_mask")
     }
@@ -60,14 +63,14 @@ def test_each_choice_is_packed_as_a_pair_with_its_context():
 
 def test_logits_are_the_scores_of_each_sequence():
     model = tiny_multiple_choice()
-    features = next(iter(model._dataset((CONTEXTS, CHOICES))))
+    features = next(iter(task_dataset(model.preprocessor, (CONTEXTS, CHOICES))))
     flat = {name: tf.reshape(value, [12, 10]) for name, value in features.items()}
     pooled = model.encoder(flat, training=False)["pooled_output"]
     scores = model.output_dense(pooled).numpy().reshape(4, 3)
     np.testing.assert_allclose(model(features), scores, rtol=1e-6, atol=1e-9)
     probabilities = model.predict_proba((CONTEXTS, CHOICES), verbose=0)
     np.testing.assert_allclose(probabilities, tf.nn.softmax(scores).numpy(), atol=1e-6)
-    assert model.predict_choice((CONTEXTS, CHOICES), verbose=0).tolist() == scores.argmax(-1).tolist()
+    assert model.choose((CONTEXTS, CHOICES), verbose=0).tolist() == scores.argmax(-1).tolist()
 
 
 def make_questions(count, seed):
@@ -98,12 +101,12 @@ def test_learns_which_choice_is_right():
     contexts, choices, labels = make_questions(96, seed=1)
     model.fit((contexts, choices), labels, batch_size=8, epochs=4, verbose=0)
     contexts, choices, labels = make_questions(32, seed=2)
-    assert np.mean(model.predict_choice((contexts, choices), verbose=0) == labels) >= 0.9
+    assert np.mean(model.choose((contexts, choices), verbose=0) == labels) >= 0.9
 
 
 def test_config_round_trip():
     model = tiny_multiple_choice(num_choices=3, dropout=0.2)
-    features = next(iter(model._dataset((CONTEXTS, CHOICES))))
+    features = next(iter(task_dataset(model.preprocessor, (CONTEXTS, CHOICES))))
     restored = run_config_round_trip(model, features)
     assert (restored.num_choices, restored.dropout, restored.preprocessor.sequence_length) == (3, 0.2, 10)
 

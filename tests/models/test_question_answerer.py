@@ -10,9 +10,16 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
-from kbert.models.question_answerer import _keyword_examples
-from tests.test_case import TINY_VOCABULARY, assert_all_close, run_config_round_trip, tiny_encoder_kwargs
+from kbert.models.question_answerer import keyword_examples
+from tests.test_case import (
+    TINY_VOCABULARY,
+    assert_all_close,
+    run_config_round_trip,
+    run_task_test,
+    tiny_encoder_kwargs,
+)
 
 SEQUENCE_LENGTH = 16
 # 16 tokens: the(0) cat sat on the mat .(6) a dog(8) sat(9) on the mat . the film(15)
@@ -65,12 +72,24 @@ def trained():
     return model, train, held_out, history
 
 
+def test_task_harness(tmp_path):
+    model = tiny_answerer()
+    records = training_set()[0][:4] + [answer_record("who sat ?", LONG_CONTEXT, "dog")]
+    # A dataset holds windows: what the input pipeline makes of the records.
+    windows = task_dataset(model.preprocessor, records, batch_size=3)
+    request = {"question": [r["question"] for r in records], "context": [r["context"] for r in records]}
+    restored, logits = run_task_test(model, records, None, tmp_path, dataset=windows, request=request)
+    window_counts = [len(logits_of["start_logits"]) for logits_of in logits]
+    assert window_counts[:4] == [1, 1, 1, 1] and window_counts[4] > 1
+    assert restored.answer(records) == model.answer(records)
+
+
 # --- Windows ---------------------------------------------------------------
 
 
 def test_long_context_gives_overlapping_windows(answerer):
     dog_sat = LONG_CONTEXT.index("dog sat")
-    windows = answerer.build_windows(
+    windows = answerer.preprocessor.build_windows(
         ["the cat sat on the mat now", "dog"],
         [LONG_CONTEXT, "a dog"],
         answer_starts=[dog_sat, 2],
@@ -104,7 +123,7 @@ def test_long_context_gives_overlapping_windows(answerer):
 
 def test_every_context_token_is_in_a_window(answerer):
     context = " ".join(["the cat sat on the mat ."] * 9)  # 63 tokens
-    windows = answerer.build_windows(["who ?"], [context])
+    windows = answerer.preprocessor.build_windows(["who ?"], [context])
     starts = windows["token_char_starts"].numpy()
     covered = sorted({s for s in starts.ravel().tolist() if s >= 0})
     tokens = answerer.preprocessor.tokenizer.tokenize_with_offsets([context])[1][0].numpy().tolist()
@@ -116,7 +135,7 @@ def test_every_context_token_is_in_a_window(answerer):
 
 def test_stride_longer_than_the_room_is_cut_to_it():
     model = tiny_answerer(doc_stride=100)
-    windows = model.build_windows(["the cat"], [LONG_CONTEXT])
+    windows = model.preprocessor.build_windows(["the cat"], [LONG_CONTEXT])
     # Room 16 - 3 - 2 = 11: windows at tokens 0 and 11, nothing skipped.
     assert len(windows["token_ids"]) == 2
     first = windows["token_char_starts"].numpy()
@@ -125,14 +144,14 @@ def test_stride_longer_than_the_room_is_cut_to_it():
 
 def test_question_longer_than_the_window_is_truncated(answerer):
     long_question = " ".join(["the cat sat on the mat"] * 20)
-    windows = answerer.build_windows([long_question], ["a dog"])
+    windows = answerer.preprocessor.build_windows([long_question], ["a dog"])
     assert windows["token_ids"].numpy()[0, :8].tolist() == [2, 5, 7, 9, 10, 3, 6, 8]
     with pytest.raises(ValueError, match=r"`max_question_length` 13 leaves no room .* use at most 12"):
         tiny_answerer(max_question_length=13)
 
 
 def test_short_empty_and_one_character_contexts(answerer):
-    windows = answerer.build_windows(["the cat", "the cat", "the cat"], ["a", "", "  "])
+    windows = answerer.preprocessor.build_windows(["the cat", "the cat", "the cat"], ["a", "", "  "])
     assert windows["token_ids"].numpy()[:, :6].tolist() == [[2, 5, 7, 3, 6, 3], [2, 5, 7, 3, 3, 0], [2, 5, 7, 3, 3, 0]]
     assert windows["token_char_starts"].numpy()[0, 4] == 0 and windows["token_char_ends"].numpy()[0, 4] == 1
 
@@ -148,7 +167,7 @@ def assert_same_answers(a, b):
 
 
 def decode(model, windows, start_logits, end_logits):
-    result = model.decode(tf.constant(start_logits, tf.float32), tf.constant(end_logits, tf.float32), windows)
+    result = model.preprocessor.decode(tf.constant(start_logits, tf.float32), tf.constant(end_logits, tf.float32), windows)
     return {name: value.numpy() for name, value in result.items()}
 
 
@@ -159,7 +178,7 @@ def brute_force_candidates(model, windows, start_logits, end_logits, example):
     for row in np.flatnonzero(windows["example_index"].numpy() == example):
         positions = np.flatnonzero(starts[row] >= 0)
         for i in positions:
-            for j in positions[(positions >= i) & (positions < i + model.max_answer_length)]:
+            for j in positions[(positions >= i) & (positions < i + model.preprocessor.max_answer_length)]:
                 span = (int(starts[row, i]), int(ends[row, j]))
                 best[span] = max(best.get(span, -np.inf), start_logits[row, i] + end_logits[row, j])
     return sorted(best.items(), key=lambda item: -item[1])
@@ -168,7 +187,7 @@ def brute_force_candidates(model, windows, start_logits, end_logits, example):
 def test_decoding_matches_brute_force_on_random_logits():
     model = tiny_answerer(max_answer_length=3, n_best=5)
     contexts = [LONG_CONTEXT, "a dogs sat", "the mats"]  # "dogs" and "mats" are two tokens each
-    windows = model.build_windows(["the cat", "a dog", "sat"], contexts)
+    windows = model.preprocessor.build_windows(["the cat", "a dog", "sat"], contexts)
     rng = np.random.default_rng(0)
     start_logits, end_logits = rng.normal(size=(2, len(windows["token_ids"]), SEQUENCE_LENGTH))
     result = decode(model, windows, start_logits, end_logits)
@@ -204,7 +223,7 @@ def hand_logits(windows, spans, low=-10.0):
 
 def test_answers_are_whole_words(answerer):
     context = "the cats sat, dogs sating"  # the cat ##s sat , dog ##s sat ##ing
-    windows = answerer.build_windows(["the"], [context])
+    windows = answerer.preprocessor.build_windows(["the"], [context])
     pieces = [context[s:e] for s, e in zip(windows["token_char_starts"][0].numpy(), windows["token_char_ends"][0].numpy()) if s >= 0]
     assert pieces == ["the", "cat", "s", "sat", ",", "dog", "s", "sat", "ing"]
 
@@ -223,7 +242,7 @@ def test_answers_are_whole_words(answerer):
 
 
 def test_best_span_across_windows(answerer):
-    windows = answerer.build_windows(["the cat"], [LONG_CONTEXT])
+    windows = answerer.preprocessor.build_windows(["the cat"], [LONG_CONTEXT])
     assert len(windows["token_ids"]) == 3  # room 16 - 3 - 2 = 11: at tokens 0, 3 and 6
     cat, film = LONG_CONTEXT.index("cat"), LONG_CONTEXT.index("film")
     # The first window favours "cat" a little; the last favours "film" more.
@@ -238,7 +257,7 @@ def test_best_span_across_windows(answerer):
 
 def test_span_never_ends_before_it_starts(answerer):
     context = "the cat sat on the mat"
-    windows = answerer.build_windows(["the cat"], [context])
+    windows = answerer.preprocessor.build_windows(["the cat"], [context])
     cat, on, the = (position(windows, 0, context.index(word)) for word in ("cat", "on", "the mat"))
     # The best end ("cat") comes before the best start ("on").
     start_logits, end_logits = hand_logits(windows, [(0, on, 5.0, -10), (0, cat, -10, 5.0), (0, the, -10, 1.0)])
@@ -250,7 +269,7 @@ def test_span_never_ends_before_it_starts(answerer):
 def test_answer_length_is_limited(answerer):
     model = tiny_answerer(max_answer_length=2)
     context = "the cat sat on the mat"
-    windows = model.build_windows(["the cat"], [context])
+    windows = model.preprocessor.build_windows(["the cat"], [context])
     the, sat, on = (position(windows, 0, context.index(word)) for word in ("the", "sat", "on"))
     # "the cat sat on" scores best but is 4 tokens long.
     start_logits, end_logits = hand_logits(windows, [(0, the, 5.0, -10), (0, on, -10, 5.0), (0, sat, 1.0, -10)])
@@ -261,7 +280,7 @@ def test_answer_length_is_limited(answerer):
 
 
 def test_answers_come_from_the_context_only(answerer):
-    windows = answerer.build_windows(["the cat"], ["a dog"])
+    windows = answerer.preprocessor.build_windows(["the cat"], ["a dog"])
     # [CLS] the cat [SEP] a dog [SEP] [PAD]...: all but "a" (4) and "dog" (5) score highest.
     high = [(0, p, 9.0, 9.0) for p in (0, 1, 2, 3, 6, 7, 15)]
     start_logits, end_logits = hand_logits(windows, high + [(0, 4, 0.5, 0.5), (0, 5, 1.0, 1.0)])
@@ -273,7 +292,7 @@ def test_answers_come_from_the_context_only(answerer):
 
 def test_null_score_threshold():
     windows_model = tiny_answerer()
-    windows = windows_model.build_windows(["the cat", "the cat"], [LONG_CONTEXT, "a dog"])
+    windows = windows_model.preprocessor.build_windows(["the cat", "the cat"], [LONG_CONTEXT, "a dog"])
     rows = len(windows["token_ids"])
     # Question 0: [CLS] scores 1 + 1 in every window; its best span "cat" 2 + 2.
     # Question 1: [CLS] 4 + 4; its best span "dog" 1 + 1.
@@ -286,7 +305,7 @@ def test_null_score_threshold():
     np.testing.assert_allclose(always["null_score"], [2.0, 8.0])
     for threshold, expected in [(0.0, ["cat", ""]), (5.0, ["cat", ""]), (6.0, ["cat", "dog"]), (-3.0, ["", ""])]:
         model = kbert.QuestionAnswerer(
-            windows_model.encoder, windows_model.preprocessor, doc_stride=3, max_question_length=4,
+            windows_model.encoder, windows_model.preprocessor.packer, doc_stride=3, max_question_length=4,
             null_score_threshold=threshold,
         )
         result = decode(model, windows, start_logits, end_logits)
@@ -302,7 +321,7 @@ def test_null_score_threshold():
 def test_offsets_are_characters_on_non_ascii_text():
     vocabulary = TINY_VOCABULARY + ["zoe", "'", "cafe", ":", "東", "京", "naive", "ete", "ω"]
     model = tiny_answerer(vocabulary=vocabulary, sequence_length=32, max_question_length=4)
-    windows = model.build_windows(["the cat"], [NON_ASCII_CONTEXT])
+    windows = model.preprocessor.build_windows(["the cat"], [NON_ASCII_CONTEXT])
     starts, ends = windows["token_char_starts"].numpy()[0], windows["token_char_ends"].numpy()[0]
     pieces = [NON_ASCII_CONTEXT[s:e] for s, e in zip(starts, ends) if s >= 0]
     assert pieces == ["Zoë", "'", "s", "café", ":", "東", "京", "🤗", "naïve", "e\u0301te\u0301", "Ω", "sat", "!"]
@@ -324,7 +343,7 @@ def test_fit_learns_to_answer(trained):
     assert np.isfinite(history.history["loss"][0]) and np.isfinite(history.history["val_loss"][0])
     assert model.evaluate_squad(train, verbose=0) == {"exact_match": 100.0, "f1": 100.0}
     # Combinations never seen in training.
-    answers = model.predict(held_out, verbose=0)
+    answers = model.answer(held_out)
     assert [a["text"] for a in answers] == [r["answers"][0]["text"] for r in held_out]
     # Keras' evaluate scores the windows: the targets' start and end positions.
     assert history.history["val_start_logits_accuracy"][0] > 0.5
@@ -334,22 +353,30 @@ def test_fit_learns_to_answer(trained):
 def test_predict_forms_and_exact_offsets(trained):
     model = trained[0]
     context = "the dog sat on the mat . " + NON_ASCII_CONTEXT + " 🤗 the cat sat on the film ."
-    single = model.predict(question="who sat ?", context=context)
+    single = model.answer(question="who sat ?", context=context)
     assert sorted(single) == ["end", "score", "start", "text"]
     assert context[single["start"] : single["end"]] == single["text"] and single["text"]
-    batch = model.predict(questions=["who sat ?", "sat on the ?", "who sat ?"], contexts=[context, context, "a"], verbose=0)
+    batch = model.answer(questions=["who sat ?", "sat on the ?", "who sat ?"], contexts=[context, context, "a"], verbose=0)
     assert_same_answers(batch[0], single)
     assert batch[2]["text"] == "a" and (batch[2]["start"], batch[2]["end"]) == (0, 1)
-    as_tuple = model.predict((["who sat ?"], [context]), verbose=0)
+    as_tuple = model.answer((["who sat ?"], [context]))
     assert_same_answers(as_tuple, [single])
-    top = model.predict(question="who sat ?", context=context, top_k=4)
+    # The keyword form of `predict` is deprecated in favour of `answer`.
+    with pytest.warns(DeprecationWarning, match="answer"):
+        assert_same_answers(model.predict(question="who sat ?", context=context), single)
+    # `predict` gives the logits of the question's windows; the best span's score is theirs.
+    (logits,) = model.predict((["who sat ?"], [context]), verbose=0)
+    assert logits["start_logits"].shape == logits["end_logits"].shape
+    best = (logits["start_logits"][..., :, None] + logits["end_logits"][..., None, :]).max()
+    assert best >= single["score"] - 1e-4
+    top = model.answer(question="who sat ?", context=context, top_k=4)
     assert len(top) == 4
     assert_same_answers(top[0], single)
     assert [t["score"] for t in top] == sorted((t["score"] for t in top), reverse=True)
     assert len({(t["start"], t["end"]) for t in top}) == 4
     assert all(context[t["start"] : t["end"]] == t["text"] for t in top)
     # Batches of questions give the same answers as one by one.
-    in_batches = model.predict(questions=["who sat ?"] * 3, contexts=[context] * 3, batch_size=2, verbose=0)
+    in_batches = model.answer(questions=["who sat ?"] * 3, contexts=[context] * 3, batch_size=2, verbose=0)
     assert_same_answers(in_batches, [single] * 3)
 
 
@@ -359,10 +386,10 @@ def test_fit_input_forms_give_the_same_windows(answerer):
     contexts = [r["context"] for r in records]
     answers = [r["answers"][0] for r in records]
     forms = [
-        answerer._dataset(records),
-        answerer._dataset((questions, contexts), answers),
-        answerer._dataset((questions, contexts), [[a] for a in answers]),
-        answerer._dataset(_keyword_examples(questions, contexts, [a["answer_start"] for a in answers], [a["text"] for a in answers])),
+        task_dataset(answerer.preprocessor, records),
+        task_dataset(answerer.preprocessor, (questions, contexts), answers),
+        task_dataset(answerer.preprocessor, (questions, contexts), [[a] for a in answers]),
+        task_dataset(answerer.preprocessor, keyword_examples(questions, contexts, [a["answer_start"] for a in answers], [a["text"] for a in answers])),
     ]
     batches = [list(dataset) for dataset in forms]
     for other in batches[1:]:
@@ -386,17 +413,17 @@ def test_bad_training_answers_are_named(answerer):
     with pytest.raises(ValueError, match="Got 1 questions but 2 answers"):
         answerer.fit((["q"], ["c"]), [record["answers"][0]] * 2, verbose=0)
     with pytest.raises(TypeError, match="questions\\[0\\] is a int"):
-        answerer.predict(questions=[3], contexts=["c"])
+        answerer.answer(questions=[3], contexts=["c"])
     with pytest.raises(ValueError, match="`top_k` must be None or from 1 to `n_best` \\(20\\)"):
-        answerer.predict(question="q", context="c", top_k=21)
+        answerer.answer(question="q", context="c", top_k=21)
 
 
 def test_config_round_trip_and_save_load(trained, tmp_path):
     model = trained[0]
-    windows = model.build_windows(["who sat ?"], ["the cat sat on the mat ."])
+    windows = model.preprocessor.build_windows(["who sat ?"], ["the cat sat on the mat ."])
     inputs = {name: windows[name] for name in ("token_ids", "segment_ids", "padding_mask")}
     restored = run_config_round_trip(model, inputs)
-    assert restored.get_config()["doc_stride"] == 4 and restored.null_score_threshold is None
+    assert restored.preprocessor.doc_stride == 4 and restored.preprocessor.null_score_threshold is None
 
     path = os.path.join(tmp_path, "qa.keras")
     model.save(path)
@@ -404,7 +431,7 @@ def test_config_round_trip_and_save_load(trained, tmp_path):
     assert type(loaded) is kbert.QuestionAnswerer and loaded.get_config() == model.get_config()
     assert_all_close(loaded(inputs), model(inputs), atol=1e-6)
     _, _, held_out, _ = trained
-    assert_same_answers(loaded.predict(held_out, verbose=0), model.predict(held_out, verbose=0))
+    assert_same_answers(loaded.answer(held_out), model.answer(held_out))
     # The optimizer comes back with its state and schedule, ready to train on.
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) > 0
     assert isinstance(loaded.optimizer._learning_rate, WarmupLinearDecay)
@@ -415,8 +442,11 @@ def test_config_round_trip_and_save_load(trained, tmp_path):
 
 def test_question_answerer_entry_point():
     model = kbert.question_answerer("tiny", vocabulary=TINY_VOCABULARY, sequence_length=32, max_question_length=8)
-    assert model.encoder.hidden_dim == 128 and model.sequence_length == 32
-    assert (model.doc_stride, model.max_question_length, model.max_answer_length, model.n_best) == (128, 8, 15, 20)
+    assert model.encoder.hidden_dim == 128 and model.preprocessor.sequence_length == 32
+    settings = model.preprocessor
+    assert (settings.doc_stride, settings.max_question_length, settings.max_answer_length, settings.n_best) == (
+        128, 8, 15, 20
+    )
     with pytest.raises(ValueError, match="`max_question_length` 64 leaves no room"):
         kbert.question_answerer("tiny", vocabulary=TINY_VOCABULARY, sequence_length=64)
     with pytest.raises(ValueError, match="Give a `vocabulary`"):
@@ -431,7 +461,7 @@ def test_answers_in_a_saved_model_loaded_without_kbert(trained, tmp_path):
     spec = tf.TensorSpec([None], tf.string)
     module.answer = tf.function(
         lambda questions, contexts: {
-            name: value for name, value in model.answer(questions, contexts).items()
+            name: value for name, value in model.preprocessor.answer_batch(model, questions, contexts).items()
             if name in ("text", "start", "end", "score")
         },
         input_signature=[spec, spec],
@@ -440,7 +470,7 @@ def test_answers_in_a_saved_model_loaded_without_kbert(trained, tmp_path):
     tf.saved_model.save(module, path)
     questions = ["who sat ?", "sat on the ?"]
     contexts = ["the dog sat on the " + NON_ASCII_CONTEXT, "a"]
-    expected = model.predict(questions=questions, contexts=contexts, verbose=0)
+    expected = model.answer(questions=questions, contexts=contexts, verbose=0)
     script = textwrap.dedent(
         f"""
         import sys, json
@@ -475,7 +505,7 @@ def test_targets_decode_back_to_the_squad_answers():
     model = kbert.QuestionAnswerer(encoder, preprocessor, doc_stride=64, max_question_length=32,
                                    max_answer_length=250, n_best=1)
     answers = [r["answers"][0] for r in records]
-    windows = model.build_windows(
+    windows = model.preprocessor.build_windows(
         [r["question"] for r in records], [r["context"] for r in records],
         [a["answer_start"] for a in answers], [a["answer_start"] + len(a["text"]) for a in answers],
     )

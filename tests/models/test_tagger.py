@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
-from tests.test_case import TINY_VOCABULARY, run_config_round_trip, tiny_encoder_kwargs
+from tests.test_case import TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
 
 LABELS = ["O", "B-ANIMAL", "I-ANIMAL", "B-THING", "I-THING"]
 SENTENCES = [
@@ -29,6 +30,19 @@ def tiny_tagger(sequence_length=12, **kwargs):
     preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
     encoder = kbert.Encoder(**tiny_encoder_kwargs())
     return kbert.Tagger(encoder, labels=LABELS, preprocessor=preprocessor, **kwargs)
+
+
+def test_task_harness(tmp_path):
+    model = tiny_tagger()
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter(zip(SENTENCES, TAGS)),
+        output_signature=(tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)),
+    )
+    restored, logits = run_task_test(model, SENTENCES, TAGS, tmp_path, dataset=dataset,
+                                     request={"text": [" ".join(s) for s in SENTENCES]})
+    assert [array.shape for array in logits] == [(len(s), len(LABELS)) for s in SENTENCES]
+    assert restored.labels == LABELS
+    assert [len(tags) for tags in restored.tag(SENTENCES)] == [len(s) for s in SENTENCES]
 
 
 def token(model, token_id):
@@ -54,7 +68,7 @@ def trained():
 def test_labels_sit_on_first_pieces_of_the_built_dataset(model):
     sentences = [["the", "cats", "sat"], ["dogs", "sitting", ""]]  # cat ##s, dog ##s, [UNK]s
     tags = [["O", "B-ANIMAL", "O"], ["B-ANIMAL", "O", "B-THING"]]
-    (x, y, weight), = list(model._dataset(sentences, tags, batch_size=2))
+    (x, y, weight), = list(task_dataset(model.preprocessor, sentences, tags, batch_size=2))
     tokens = [[token(model, i) for i in row] for row in x["token_ids"].numpy()]
     # Padded to the longest window rounded up to 8, not to sequence_length 10.
     assert tokens[0] == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]", "[PAD]", "[PAD]"]
@@ -71,7 +85,7 @@ def test_training_batches_group_sentences_of_similar_length():
     counts = np.random.default_rng(0).integers(1, 25, size=200)
     sentences = [["cat"] * int(n) for n in counts]
     tags = [["B-ANIMAL"] + ["I-ANIMAL"] * (int(n) - 1) for n in counts]
-    dataset = model._dataset(sentences, tags, batch_size=10, shuffle=True)
+    dataset = task_dataset(model.preprocessor, sentences, tags, batch_size=10, shuffle=True)
     assert int(dataset.cardinality()) == 20
     seen, padded = [], 0
     for x, y, weight in dataset:
@@ -87,7 +101,7 @@ def test_long_sentence_is_split_into_windows_and_put_back():
     model = tiny_tagger(sequence_length=8)  # 6 pieces per window
     #         1      2+1        1     1     1      2         1    2          1
     words = ["the", "cats", "sat", "on", "the", "mats", "!", "dogs", "sat"]
-    (x, y, weight), = list(model._dataset([words], [["O"] * len(words)]))
+    (x, y, weight), = list(task_dataset(model.preprocessor, [words], [["O"] * len(words)]))
     tokens = [[token(model, i) for i in row if i] for row in x["token_ids"].numpy()]
     assert tokens == [
         ["[CLS]", "the", "cat", "##s", "sat", "on", "the", "[SEP]"],
@@ -95,12 +109,12 @@ def test_long_sentence_is_split_into_windows_and_put_back():
     ]
     assert weight.numpy().sum() == len(words)  # every word labelled once
     # Every word gets a tag, and its scores are those of its own window.
-    (logits,) = model.predict_logits([words], verbose=0)
+    (logits,) = model.predict([words], verbose=0)
     assert logits.shape == (9, len(LABELS))
-    windows = model.predict_logits([words[:5], words[5:]], verbose=0)
+    windows = model.predict([words[:5], words[5:]], verbose=0)
     np.testing.assert_allclose(logits, np.concatenate(windows), atol=1e-5)
     long_sentence = words * 20
-    tags = model.predict([long_sentence, ["a"], long_sentence[:7]], verbose=0)
+    tags = model.tag([long_sentence, ["a"], long_sentence[:7]])
     assert [len(t) for t in tags] == [180, 1, 7]
     assert all(tag in LABELS for sentence in tags for tag in sentence)
 
@@ -108,7 +122,7 @@ def test_long_sentence_is_split_into_windows_and_put_back():
 def test_a_word_longer_than_a_window_keeps_its_place():
     model = tiny_tagger(sequence_length=5)  # 3 pieces per window
     words = ["a", "cat" + "s" * 10, "sat", "", "\x00"]  # 11 pieces; nothing; a dropped character
-    (x, y, weight), = list(model._dataset([words], [["O", "B-ANIMAL", "O", "O", "O"]]))
+    (x, y, weight), = list(task_dataset(model.preprocessor, [words], [["O", "B-ANIMAL", "O", "O", "O"]]))
     tokens = [[token(model, i) for i in row if i] for row in x["token_ids"].numpy()]
     assert tokens == [
         ["[CLS]", "a", "[SEP]"],
@@ -123,7 +137,7 @@ def test_a_word_longer_than_a_window_keeps_its_place():
 def test_learns_a_small_tagging_task(trained):
     model, losses = trained
     assert losses[-1] < losses[0] / 2
-    assert model.predict(SENTENCES, verbose=0) == TAGS
+    assert model.tag(SENTENCES) == TAGS
     assert model.evaluate(SENTENCES, TAGS, verbose=0, return_dict=True)["accuracy"] == 1.0
     scores = model.evaluate_entities(SENTENCES, TAGS)
     assert (scores["f1"], scores["support"]) == (1.0, 4)
@@ -141,9 +155,9 @@ def test_save_and_load_predict_the_same(trained, tmp_path):
     restored = kbert.load_model(path)
     assert type(restored) is kbert.Tagger
     assert restored.labels == LABELS and restored.preprocessor.sequence_length == 10
-    for ours, theirs in zip(model.predict_logits(SENTENCES, verbose=0), restored.predict_logits(SENTENCES, verbose=0)):
+    for ours, theirs in zip(model.predict(SENTENCES, verbose=0), restored.predict(SENTENCES, verbose=0)):
         np.testing.assert_allclose(ours, theirs, atol=1e-5)
-    assert restored.predict(SENTENCES, verbose=0) == TAGS
+    assert restored.tag(SENTENCES) == TAGS
     # The optimizer comes back with its state and schedule, ready to train on.
     assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 8 * 12
     assert isinstance(restored.optimizer._learning_rate, WarmupLinearDecay)
@@ -155,16 +169,16 @@ def test_probabilities_agree_with_tags(model):
     probabilities = model.predict_proba(SENTENCES, verbose=0)
     assert [p.shape for p in probabilities] == [(6, 5), (3, 5), (4, 5), (3, 5)]
     np.testing.assert_allclose(np.concatenate(probabilities).sum(-1), 1.0, rtol=1e-5)
-    logits = model.predict_logits(SENTENCES, verbose=0)
+    logits = model.predict(SENTENCES, verbose=0)
     np.testing.assert_allclose(np.concatenate(probabilities), tf.nn.softmax(np.concatenate(logits)), atol=1e-6)
-    assert [[LABELS[i] for i in p.argmax(-1)] for p in probabilities] == model.predict(SENTENCES, verbose=0)
+    assert [[LABELS[i] for i in p.argmax(-1)] for p in probabilities] == model.tag(SENTENCES)
 
 
 def test_config_round_trip():
     model = tiny_tagger(dropout=0.3)
     config = model.get_config()
-    assert config["labels"] == LABELS and config["dropout"] == 0.3
-    inputs, _ = model.pack_words(tf.ragged.constant([["the", "cats"], ["sat"]]))
+    assert config["preprocessor"]["config"]["labels"] == LABELS and config["dropout"] == 0.3
+    inputs, _ = model.preprocessor.pack_words(tf.ragged.constant([["the", "cats"], ["sat"]]))
     restored = run_config_round_trip(model, inputs)
     assert restored.labels == LABELS and restored.dropout == 0.3
 
@@ -191,7 +205,7 @@ def built(dataset):
 
 def test_tags_as_ids_build_the_same_dataset(model):
     ids = [[LABELS.index(t) for t in tags] for tags in TAGS]
-    from_ids, from_strings = built(model._dataset(SENTENCES, ids)), built(model._dataset(SENTENCES, TAGS))
+    from_ids, from_strings = built(task_dataset(model.preprocessor, SENTENCES, ids)), built(task_dataset(model.preprocessor, SENTENCES, TAGS))
     keras.tree.assert_same_structure(from_ids, from_strings)
     for a, b in zip(keras.tree.flatten(from_ids), keras.tree.flatten(from_strings)):
         np.testing.assert_array_equal(a, b)
@@ -201,18 +215,18 @@ def test_accepts_tf_data_batched_or_not(model):
     words = tf.ragged.constant(SENTENCES)
     ids = tf.ragged.constant([[LABELS.index(t) for t in tags] for tags in TAGS])
     unbatched = tf.data.Dataset.from_tensor_slices((words, tf.ragged.constant(TAGS)))
-    expected = keras.tree.flatten(built(model._dataset(SENTENCES, TAGS)))
+    expected = keras.tree.flatten(built(task_dataset(model.preprocessor, SENTENCES, TAGS)))
     for dataset in (unbatched, tf.data.Dataset.from_tensor_slices((words, ids)).ragged_batch(32)):
-        for a, b in zip(keras.tree.flatten(built(model._dataset(dataset))), expected):
+        for a, b in zip(keras.tree.flatten(built(task_dataset(model.preprocessor, dataset))), expected):
             np.testing.assert_array_equal(a, b)
     # One weight per sentence in a third component.
     weighted = tf.data.Dataset.from_tensor_slices((words, ids, [0.0, 1.0, 2.0, 0.0]))
-    (_, _, weight), = built(model._dataset(weighted))
+    (_, _, weight), = built(task_dataset(model.preprocessor, weighted))
     assert sorted(weight[weight > 0].tolist()) == [1.0] * 3 + [2.0] * 4
     # Predictions from a dataset of sentences, or of (words, tags), batched or not.
-    expected = model.predict_logits(SENTENCES, verbose=0)
+    expected = model.predict(SENTENCES, verbose=0)
     for dataset in (tf.data.Dataset.from_tensor_slices(words), unbatched.ragged_batch(3)):
-        for ours, theirs in zip(model.predict_logits(dataset, verbose=0), expected):
+        for ours, theirs in zip(model.predict(dataset, verbose=0), expected):
             np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
@@ -222,10 +236,10 @@ def test_unknown_tags_are_refused(model):
         model.fit(SENTENCES, tags, verbose=0)
     dataset = tf.data.Dataset.from_tensor_slices((tf.ragged.constant(SENTENCES), tf.ragged.constant(tags)))
     with pytest.raises(tf.errors.InvalidArgumentError, match="B-PERSON"):
-        built(model._dataset(dataset))
+        built(task_dataset(model.preprocessor, dataset))
     ids = tf.data.Dataset.from_tensor_slices((tf.ragged.constant(SENTENCES), tf.ragged.constant([[0, 7]] * 4)))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Tag ids must be in \[0, 5\)"):
-        built(model._dataset(ids))
+        built(task_dataset(model.preprocessor, ids))
 
 
 @pytest.mark.parametrize(
@@ -247,12 +261,13 @@ def test_bad_training_input_is_named(sentences, tags, error, message, model):
 
 def test_empty_sentences_and_sample_weights(model):
     # An empty sentence has nothing to learn from, and gets no tags back.
-    windows = built(model._dataset([[], SENTENCES[1], []], [[], TAGS[1], []]))
+    windows = built(task_dataset(model.preprocessor, [[], SENTENCES[1], []], [[], TAGS[1], []]))
     assert [batch[0]["token_ids"].shape[0] for batch in windows] == [1]
-    assert model.predict([[], SENTENCES[1], []], verbose=0) == [[], model.predict([SENTENCES[1]], verbose=0)[0], []]
+    assert model.tag([[], SENTENCES[1], []]) == [[], model.tag([SENTENCES[1]])[0], []]
+    assert [len(logits) for logits in model.predict([[], SENTENCES[1], []], verbose=0)] == [0, 3, 0]
     assert model.predict([], verbose=0) == []
     # Sentence weights reach every word of the sentence, word weights each word.
-    (_, _, weight), = built(model._dataset(SENTENCES[:2], TAGS[:2], sample_weight=[0.5, [1, 2, 3]]))
+    (_, _, weight), = built(task_dataset(model.preprocessor, SENTENCES[:2], TAGS[:2], sample_weight=[0.5, [1, 2, 3]]))
     assert sorted(weight[weight > 0].tolist()) == [0.5] * 6 + [1, 2, 3]
     with pytest.raises(ValueError, match="Sentence 1 has 3 words but 2 sample weights"):
         model.fit(SENTENCES[:2], TAGS[:2], sample_weight=[1, [1, 2]], verbose=0)

@@ -31,13 +31,13 @@ def test_pairs_questions_and_choices_are_grouped_in_input_order(exported, capsys
 
     model, path = exported["question_answerer"]
     (answer,) = predict_lines(capsys, path, ["who sat ?", "the dog sat on the mat ."])
-    (expected,) = model.predict(questions=["who sat ?"], contexts=["the dog sat on the mat ."], verbose=0)
+    (expected,) = model.answer(questions=["who sat ?"], contexts=["the dog sat on the mat ."], verbose=0)
     assert (answer["text"], answer["start"], answer["end"]) == (expected["text"], expected["start"], expected["end"])
     assert len(answer["candidate_texts"]) == answer["candidate_counts"]
 
     model, path = exported["multiple_choice"]
     (choice,) = predict_lines(capsys, path, ["the cat", "sat", "dog"])
-    assert choice["choice_ids"] == int(model.predict_choice((["the cat"], [["sat", "dog"]]), verbose=0)[0])
+    assert choice["choice_ids"] == int(model.choose((["the cat"], [["sat", "dog"]]), verbose=0)[0])
 
 
 def test_tags_come_per_word_without_padding(exported, capsys):

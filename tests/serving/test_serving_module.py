@@ -91,9 +91,9 @@ def tf_examples(request):
 
 def token_ids_request(kind, model, request):
     if kind == "multiple_choice":
-        inputs = model._pack(tf.constant(request["context"]), tf.constant(request["choices"]))
+        inputs = model.preprocessor.forward_batch((tf.constant(request["context"]), tf.constant(request["choices"])))
     elif kind == "question_answerer":
-        windows = model.build_windows(request["question"], request["context"])
+        windows = model.preprocessor.build_windows(request["question"], request["context"])
         inputs = {name: windows[name] for name in ("token_ids", "segment_ids", "padding_mask")}
     elif kind == "pair_classifier":
         inputs = model.preprocessor((request["text"], request["text_pair"]))
@@ -179,7 +179,7 @@ def test_the_tagger_serves_a_tag_for_every_word_of_raw_text(exported, served):
 def test_question_answering_serves_the_keras_answers(exported, served):
     model, _ = exported["question_answerer"]
     request = REQUESTS["question_answerer"]
-    expected = model.predict(questions=request["question"], contexts=request["context"], verbose=0)
+    expected = model.answer(questions=request["question"], contexts=request["context"], verbose=0)
     for signature in (SERVING_DEFAULT, FROM_TF_EXAMPLE):
         outputs = served["results"]["question_answerer"][signature]
         assert outputs["text"] == [a["text"] for a in expected]
@@ -188,7 +188,7 @@ def test_question_answering_serves_the_keras_answers(exported, served):
         np.testing.assert_allclose(outputs["score"], [a["score"] for a in expected], rtol=1e-5, atol=1e-5)
         for context, text, start, end in zip(request["context"], outputs["text"], outputs["start"], outputs["end"]):
             assert context[start:end] == text
-    windows = model.build_windows(request["question"], request["context"])
+    windows = model.preprocessor.build_windows(request["question"], request["context"])
     logits = model({name: windows[name] for name in ("token_ids", "segment_ids", "padding_mask")})
     by_token = served["results"]["question_answerer"][FROM_TOKEN_IDS]
     np.testing.assert_allclose(by_token["start_logits"], logits["start_logits"].numpy(), atol=1e-5)

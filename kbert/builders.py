@@ -1,4 +1,9 @@
-"""Entry points that build ready-to-fit task models from a preset or an encoder."""
+"""Entry points that build ready-to-fit task models from a preset, a checkpoint or an encoder.
+
+`TASK_BUILDERS` is the registry of task models: a task is one model file
+(`kbert/models/`), one task preprocessor file (`kbert/preprocessing/`), and
+an entry point here.
+"""
 
 import os
 
@@ -167,13 +172,13 @@ def question_answerer(
 
     Returns:
         A compiled `kbert.QuestionAnswerer`: `fit(kbert.data.load_squad())`
-        works as is, and `predict(question=..., context=...)` answers.
+        works as is, and `answer(question=..., context=...)` answers.
 
     Example:
     >>> vocab = kbert.learn_vocabulary(["where is the cat ? the cat is on the mat ."] * 5,
     ...                                vocabulary_size=40, verbose=False)
     >>> qa = kbert.question_answerer("tiny", vocabulary=vocab, sequence_length=128)
-    >>> sorted(qa.predict(question="where is the cat?", context="the cat is on the mat."))
+    >>> sorted(qa.answer(question="where is the cat?", context="the cat is on the mat."))
     ['end', 'score', 'start', 'text']
     """
     encoder, preprocessor = build_encoder_and_preprocessor(
@@ -220,7 +225,7 @@ def tagger(
 
     Returns:
         A compiled `kbert.Tagger`: `fit(sentences, tags)` works as is, and
-        `predict(sentences)` gives one tag per word.
+        `tag(sentences)` gives one tag per word.
 
     Example:
     >>> sentences, tags = kbert.data.load_conll2003("dev")
@@ -229,7 +234,7 @@ def tagger(
     >>> ner = kbert.tagger("tiny", labels=kbert.data.CONLL2003_LABELS, vocabulary=vocab,
     ...                    lowercase=False, sequence_length=64)
     >>> history = ner.fit(sentences[:200], tags[:200], epochs=1, verbose=0)
-    >>> len(ner.predict([["Peter", "Blackburn", "visited", "Germany"]], verbose=0)[0])
+    >>> len(ner.tag([["Peter", "Blackburn", "visited", "Germany"]])[0])
     4
     """
     if labels is None:
@@ -273,7 +278,7 @@ def multiple_choice(
     Example:
     >>> vocab = kbert.learn_vocabulary(["she opened the door", "he sat down"] * 5, vocabulary_size=60)
     >>> mc = kbert.multiple_choice("tiny", num_choices=2, vocabulary=vocab, sequence_length=16)
-    >>> mc.predict_choice((["she opened"], [["the door", "he sat down"]]), verbose=0).shape
+    >>> mc.choose((["she opened"], [["the door", "he sat down"]])).shape
     (1,)
     """
     encoder, preprocessor = build_encoder_and_preprocessor(
@@ -333,3 +338,13 @@ def embedder(
         normalize=normalize,
         feature_layers=feature_layers,
     )
+
+
+# The registry of task models: entry point names as `kbert train` recipes and users know them.
+TASK_BUILDERS = {
+    "classifier": classifier,
+    "question_answerer": question_answerer,
+    "tagger": tagger,
+    "multiple_choice": multiple_choice,
+    "embedder": embedder,
+}

@@ -1,0 +1,137 @@
+"""The `tf.data` input pipeline of kbert's task models: raw examples to batches of model inputs."""
+
+import math
+
+import tensorflow as tf
+
+DEFAULT_BATCH_SIZE = 32
+# Training batches are cut from groups of this many batches sorted by length
+# (similar lengths share a batch, so little of each batch is padding).
+LENGTH_GROUP_BATCHES = 50
+# Batches are padded to their longest example rounded up to this multiple.
+PAD_TO_MULTIPLE = 8
+
+
+def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+    """What a task model's `fit`, `evaluate` and `predict` run on: a `tf.data.Dataset` of batches.
+
+    The task preprocessor says what its raw examples are and how a batch of
+    them becomes model inputs (its forward step); this function does the
+    rest, the same way for every task:
+
+    1. `x` (and `y`, `sample_weight`) in the forms the task accepts (lists
+       of texts, text pairs, sentences of words, question records, ...) are
+       checked by `preprocessor.examples` and sliced into a dataset; a
+       `tf.data.Dataset` of raw examples is taken as it is (batched or not);
+    2. with `shuffle`, the examples are shuffled every epoch; for tasks
+       that pad to the longest example, groups of `LENGTH_GROUP_BATCHES`
+       batches are sorted by length and cut into batches, which are then
+       shuffled, so that a batch holds examples of similar length;
+    3. each batch goes through the preprocessor's forward step in parallel
+       (`num_parallel_calls=AUTOTUNE`): tokenizing, packing, targets;
+    4. batches are padded only to their longest example, rounded up to a
+       multiple of `PAD_TO_MULTIPLE` (for tasks whose outputs do not depend
+       on padding), and prefetched.
+
+    A dataset whose elements are model inputs already (a dict of
+    `token_ids`, ...) is returned unchanged.
+
+    Args:
+        preprocessor: a task preprocessor, e.g. `model.preprocessor`.
+        x: the inputs, in any form the task's `fit` takes.
+        y: the targets, when they are not part of `x`.
+        sample_weight: one weight per example (per word for a tagger).
+        batch_size: examples per batch (questions for question answering,
+            which may give more windows); default the preprocessor's.
+        shuffle: shuffle every epoch, with length grouping (training).
+
+    Returns:
+        A `tf.data.Dataset` of `inputs` or `(inputs, targets)` or
+        `(inputs, targets, sample_weight)`, with a known number of batches
+        when `x` is not a dataset.
+
+    Example:
+    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40)
+    >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16)
+    >>> batches = kbert.data.task_dataset(clf.preprocessor, ["a good film", "bad"], [1, 0])
+    >>> inputs, labels = next(iter(batches))
+    >>> inputs["token_ids"].shape, labels.numpy().tolist()
+    (TensorShape([2, 8]), [1, 0])
+    """
+    batch_size = batch_size or preprocessor.default_batch_size
+    if isinstance(x, tf.data.Dataset):
+        if y is not None or sample_weight is not None:
+            raise ValueError("With a tf.data.Dataset, put the targets in the dataset, not in `y`.")
+        if is_preprocessed(x.element_spec):
+            return x  # Keras' own evaluate inside fit, for one.
+        batches = preprocessor.batch_dataset(x, batch_size)
+        count = output_count = None
+        group_by_length = False
+    else:
+        examples = preprocessor.examples(x, y, sample_weight)
+        count, output_count = examples.count, examples.output_count
+        dataset = tf.data.Dataset.from_tensor_slices(examples.tensors)
+        if shuffle:
+            dataset = dataset.shuffle(count, reshuffle_each_iteration=True)
+        group_by_length = shuffle and preprocessor.pads_to_longest
+        group_size = batch_size * (LENGTH_GROUP_BATCHES if group_by_length else 1)
+        batches = dataset.ragged_batch(group_size) if examples.ragged else dataset.batch(group_size)
+        if group_by_length:
+            batches = sort_into_batches(batches, preprocessor.example_lengths, batch_size)
+
+    # Preprocessing has no Python control flow on tensors: skipping AutoGraph's
+    # conversion makes tracing faster.
+    @tf.autograph.experimental.do_not_convert
+    def forward(*batch):
+        return preprocessor.forward_batch(*batch)
+
+    mapped = batches.map(forward, num_parallel_calls=tf.data.AUTOTUNE)
+    if preprocessor.pads_to_longest:
+        mapped = mapped.map(cut_padding, num_parallel_calls=tf.data.AUTOTUNE)
+    if output_count is not None and output_count != count:
+        # One example gave several (question windows): re-batch what it gave.
+        mapped = mapped.unbatch().batch(batch_size)
+    if group_by_length:
+        mapped = mapped.shuffle(LENGTH_GROUP_BATCHES, reshuffle_each_iteration=True)
+    if output_count is not None:
+        # The learning-rate schedule counts on the number of steps.
+        steps = math.ceil(output_count / batch_size)
+        mapped = mapped.apply(tf.data.experimental.assert_cardinality(steps))
+    return mapped.prefetch(tf.data.AUTOTUNE)
+
+
+def padded_length(longest):
+    """The width a batch is padded to: its longest example, rounded up to `PAD_TO_MULTIPLE`."""
+    return -(-longest // PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE
+
+
+def cut_padding(features, *rest):
+    """Cuts the padding of a batch of model inputs to `padded_length` of its longest example."""
+    mask = features["padding_mask"]
+    # At least 1: an empty batch (a serving request) keeps a valid width.
+    longest = tf.maximum(tf.reduce_max(tf.reduce_sum(mask, axis=-1)), 1)
+    length = tf.minimum(padded_length(longest), tf.shape(mask)[-1])
+    features = {name: value[..., :length] for name, value in features.items()}
+    return (features, *rest) if rest else features
+
+
+def sort_into_batches(groups, lengths, batch_size):
+    """Sorts each group of examples by `lengths(*group)` and cuts it into batches.
+
+    Ragged elements (sentences of words) are batched with `ragged_batch`.
+    """
+
+    def sort_by_length(*element):
+        order = tf.argsort(lengths(*element), stable=True)
+        element = tf.nest.map_structure(lambda value: tf.gather(value, order), element)
+        return element if len(element) > 1 else element[0]
+
+    examples = groups.map(sort_by_length, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    ragged = any(isinstance(spec, tf.RaggedTensorSpec) for spec in tf.nest.flatten(groups.element_spec))
+    return examples.ragged_batch(batch_size) if ragged else examples.batch(batch_size)
+
+
+def is_preprocessed(spec):
+    """True for elements that are model inputs already (a dict of ids)."""
+    features = spec[0] if isinstance(spec, tuple) else spec
+    return isinstance(features, dict)

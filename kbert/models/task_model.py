@@ -1,0 +1,282 @@
+"""Base class of kbert's task models: Keras models that take raw text."""
+
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert.data.input_pipeline import task_dataset
+from kbert.models.encoder import bert_initializer
+from kbert.optimization import bert_adamw, default_learning_rate, start_schedule_window
+
+
+class FreezesUnusedPooler:
+    """Mixin for models on an encoder: when `uses_pooler` is False, the pooler is not trained.
+
+    Models whose outputs do not come from the pooled `[CLS]` vector would
+    give the pooler no gradient (Keras warns about every step); its weights
+    count as non-trainable instead, and stay as they are.
+    """
+
+    uses_pooler = True
+
+    def _is_pooler(self, weight):
+        return not self.uses_pooler and any(weight is p for p in self.encoder.pooler_dense.weights)
+
+    @property
+    def trainable_weights(self):
+        return [w for w in super().trainable_weights if not self._is_pooler(w)]
+
+    @property
+    def trainable_variables(self):
+        return [v for v in super().trainable_variables if not self._is_pooler(v)]
+
+    @property
+    def non_trainable_weights(self):
+        frozen = [w for w in super().trainable_weights if self._is_pooler(w)]
+        return super().non_trainable_weights + frozen
+
+    @property
+    def non_trainable_variables(self):
+        frozen = [v for v in super().trainable_variables if self._is_pooler(v)]
+        return super().non_trainable_variables + frozen
+
+
+class TaskModel(FreezesUnusedPooler, keras.Model):
+    """A functional Keras model on a `kbert.Encoder`, with its task preprocessor attached.
+
+    The model itself sees token ids only; its `preprocessor` (a task
+    preprocessor, e.g. `kbert.ClassifierPreprocessor`) owns the task's
+    settings and does the forward step (raw inputs to model inputs and
+    targets) and the reverse one (outputs to labels, tags, answers).
+    `fit`, `evaluate` and `predict` take what the task takes (texts, text
+    pairs, sentences of words, question records) or a `tf.data.Dataset` of
+    it, and run it through `kbert.data.task_dataset`.
+
+    One contract for every task:
+
+    - `predict(x)` keeps Keras' contract: the model's scores (logits) as
+      NumPy, one entry per example given; for the tagger and the question
+      answerer, whose model rows are windows, a list with one array (or
+      dict) per sentence or question;
+    - `predict_proba(x)` is the softmax of those scores;
+    - a named method gives the task's answers: `classify`, `choose`,
+      `tag`, `answer`, `embed`; `evaluate_report` gives the metrics the
+      task's community reports.
+
+    Subclasses build the functional graph and call
+    `super().__init__(inputs=..., outputs=..., preprocessor=...)`.
+    """
+
+    def __init__(self, *args, preprocessor=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.preprocessor = preprocessor
+
+    @property
+    def text_pairs(self):
+        """Whether the model reads text pairs (None until it has seen texts); its preprocessor's."""
+        return self.preprocessor.text_pairs
+
+    @text_pairs.setter
+    def text_pairs(self, value):
+        self.preprocessor.text_pairs = None if value is None else bool(value)
+
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
+        """Compiles with BERT's fine-tuning defaults; any argument overrides them.
+
+        Args:
+            optimizer: `"auto"` for AdamW (weight decay 0.01, none on biases
+                and LayerNorm, gradients clipped to norm 1) with warm-up and
+                linear decay.
+            loss: `"auto"` for the task's loss (see the model's docstring).
+            metrics: `"auto"` for the task's metrics.
+            learning_rate: the peak learning rate of the `"auto"` optimizer;
+                default 5e-5 for BERT-base, more for smaller encoders.
+        """
+        if optimizer == "auto":
+            optimizer = bert_adamw(learning_rate or default_learning_rate(self.encoder.hidden_dim))
+        if loss == "auto":
+            loss = self.default_loss()
+        if metrics == "auto":
+            metrics = self.default_metrics(kwargs)
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def default_loss(self):
+        """The `"auto"` loss: sparse categorical cross-entropy on logits."""
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def default_metrics(self, compile_kwargs):
+        """The `"auto"` metrics: accuracy. May set other `compile` arguments."""
+        return [keras.metrics.SparseCategoricalAccuracy("accuracy")]
+
+    def fit(
+        self,
+        x=None,
+        y=None,
+        batch_size=None,
+        epochs=1,
+        validation_data=None,
+        sample_weight=None,
+        shuffle=True,
+        steps_per_epoch=None,
+        initial_epoch=0,
+        **kwargs,
+    ):
+        dataset = task_dataset(self.preprocessor, x, y, sample_weight, batch_size, shuffle=shuffle)
+        if validation_data is not None:
+            validation_data = self._validation_dataset(validation_data, batch_size)
+        self._start_learning_rate_window(dataset, steps_per_epoch, epochs - initial_epoch)
+        return super().fit(
+            dataset,
+            epochs=epochs,
+            validation_data=validation_data,
+            shuffle=False,  # `task_dataset` shuffles the examples itself.
+            steps_per_epoch=steps_per_epoch,
+            initial_epoch=initial_epoch,
+            **kwargs,
+        )
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        dataset = task_dataset(self.preprocessor, x, y, sample_weight, batch_size)
+        return super().evaluate(dataset, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """The model's scores for `x` (any input `fit` takes, labels left out), as NumPy."""
+        return super().predict(task_dataset(self.preprocessor, x, batch_size=batch_size), **kwargs)
+
+    def predict_proba(self, x, batch_size=None, **kwargs):
+        """The softmax of `predict`'s logits, one row per example."""
+        return softmax(self.predict(x, batch_size=batch_size, **kwargs))
+
+    def _validation_dataset(self, validation_data, batch_size):
+        if isinstance(validation_data, tf.data.Dataset):
+            return task_dataset(self.preprocessor, validation_data, batch_size=batch_size)
+        if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
+            raise ValueError(
+                "`validation_data` must be (inputs, targets), (inputs, targets, weights) or a "
+                "tf.data.Dataset."
+            )
+        return task_dataset(self.preprocessor, *validation_data, batch_size=batch_size)
+
+    def _start_learning_rate_window(self, dataset, steps_per_epoch, epochs):
+        """Fits each `fit` call's warm-up and decay to the steps it will run."""
+        steps = steps_per_epoch
+        if steps is None:
+            cardinality = int(dataset.cardinality())
+            steps = cardinality if cardinality > 0 else None
+        total = None if steps is None else steps * max(epochs, 1)
+        start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
+
+    def _map_batches(self, function, batches, verbose):
+        """Runs `function` (a `tf.function`) on each batch, with a progress bar; NumPy results."""
+        batches = list(batches)
+        show = verbose not in (0, False) and len(batches) > (1 if verbose == "auto" else 0)
+        progress = keras.utils.Progbar(len(batches)) if show else None
+        results = []
+        for step, batch in enumerate(batches):
+            output = function(*batch) if isinstance(batch, tuple) else function(batch)
+            results.append(keras.tree.map_structure(lambda value: value.numpy(), output))
+            if progress is not None:
+                progress.update(step + 1)
+        return results
+
+    def compile_from_config(self, config):
+        # Keras skips this for models that override `compile`; ours takes the
+        # saved optimizer, loss and metrics as they are.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+            "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settings):
+    """A task's encoder and its task preprocessor, deserialized and checked to fit the encoder.
+
+    `preprocessor` is the task's preprocessor (which holds the settings:
+    any given must equal its own), or a plain `kbert.Preprocessor`, wrapped into
+    `preprocessor_class(preprocessor, **settings)` (settings left None take
+    their defaults).
+    """
+    from kbert.models.encoder import Encoder
+    from kbert.preprocessing.preprocessor import Preprocessor
+
+    if isinstance(encoder, dict):
+        encoder = keras.saving.deserialize_keras_object(encoder)
+    if isinstance(preprocessor, dict):
+        preprocessor = keras.saving.deserialize_keras_object(preprocessor)
+    if not isinstance(encoder, Encoder):
+        raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
+    given = {name: value for name, value in settings.items() if value is not None}
+    if isinstance(preprocessor, Preprocessor):
+        preprocessor = preprocessor_class(preprocessor, **given)
+    elif isinstance(preprocessor, preprocessor_class):
+        differ = sorted(name for name, value in given.items() if not _same(getattr(preprocessor, name), value))
+        if differ:
+            raise ValueError(
+                f"{differ} differ from the {preprocessor_class.__name__}'s own; set them there, or "
+                "pass a plain kbert.Preprocessor."
+            )
+    else:
+        raise TypeError(
+            f"`preprocessor` must be a kbert.{preprocessor_class.__name__} or a kbert.Preprocessor, "
+            f"got {type(preprocessor).__name__}."
+        )
+    check_compatible(encoder, preprocessor)
+    return encoder, preprocessor
+
+
+def _same(a, b):
+    sequence = (list, tuple)
+    return list(a) == list(b) if isinstance(a, sequence) and isinstance(b, sequence) else a == b
+
+
+def check_compatible(encoder, preprocessor):
+    """Fails clearly when a preprocessor cannot feed an encoder."""
+    vocabulary_size = preprocessor.tokenizer.vocabulary_size()
+    if vocabulary_size != encoder.vocabulary_size:
+        raise ValueError(
+            f"The tokenizer has {vocabulary_size} tokens but the encoder embeds "
+            f"{encoder.vocabulary_size}; use the vocabulary the encoder was built for."
+        )
+    if preprocessor.sequence_length > encoder.max_sequence_length:
+        raise ValueError(
+            f"`sequence_length` {preprocessor.sequence_length} exceeds the encoder's "
+            f"`max_sequence_length` {encoder.max_sequence_length}."
+        )
+
+
+def output_head(encoder, units, name, dropout=None):
+    """A task head on encoder outputs: dropout (when given) and a dense layer of `units` logits.
+
+    Both compute in the encoder's dtype policy, initialised as BERT's layers.
+    """
+    dense = keras.layers.Dense(
+        units, kernel_initializer=bert_initializer(), dtype=encoder.layer_dtype_policy, name=name
+    )
+    if dropout is None:
+        return dense
+    dropout_layer = keras.layers.Dropout(dropout, dtype=encoder.layer_dtype_policy, name="output_dropout")
+    return dropout_layer, dense
+
+
+def softmax(logits):
+    """A numerically stable softmax over the last axis of NumPy logits (float64 inside)."""
+    logits = np.asarray(logits, "float64")
+    exp = np.exp(logits - logits.max(axis=-1, keepdims=True, initial=-np.inf))
+    return (exp / exp.sum(axis=-1, keepdims=True)).astype("float32")
+
+
+def deprecated(old, new):
+    warnings.warn(f"`{old}` is deprecated; use `{new}`.", DeprecationWarning, stacklevel=3)

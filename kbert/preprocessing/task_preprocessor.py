@@ -1,0 +1,227 @@
+"""Base class of the task preprocessors: one task's forward and reverse steps."""
+
+import collections
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kbert.data.input_pipeline import DEFAULT_BATCH_SIZE, cut_padding
+from kbert.preprocessing.preprocessing_layer import PreprocessingLayer
+from kbert.preprocessing.preprocessor import Preprocessor, split_segments
+
+MODEL_INPUTS = ("token_ids", "segment_ids", "padding_mask")
+
+# What `TaskPreprocessor.examples` gives `kbert.data.task_dataset`: a tuple
+# of tensors to slice into examples (features first, then targets and
+# weights: the arguments of `forward_batch`), how many there are, how many
+# model rows they give (question windows), and whether they are ragged.
+Examples = collections.namedtuple("Examples", ["tensors", "count", "output_count", "ragged"])
+
+
+def examples(tensors, count, output_count=None, ragged=False):
+    return Examples(tensors, count, count if output_count is None else output_count, ragged)
+
+
+class TaskPreprocessor(PreprocessingLayer):
+    """What a task does around its model: raw inputs in, answers out.
+
+    A task preprocessor owns its task's settings (label set, windows,
+    choices) and offers both directions:
+
+    - **forward**: `examples` checks raw inputs as `fit` takes them, and
+      `forward_batch` turns a batch of them into model inputs (a dict of
+      `token_ids`, `segment_ids`, `padding_mask`) with targets and sample
+      weights; `kbert.data.task_dataset` runs them in `tf.data`. Calling the
+      preprocessor on a batch, `preprocessor(x, y)`, does the same eagerly;
+    - **reverse**: `reverse(outputs)` turns the model's outputs into what
+      the task answers (probabilities and labels, tags, spans), as named
+      tensors;
+    - **serving**: `serving_inputs`, `serve` and `serve_token_ids` are the
+      functions `kbert.export` saves, so the exporter needs to know nothing
+      of the task.
+
+    This base class takes texts or text pairs (`(texts_a, texts_b)`) and
+    packs them with its `kbert.Preprocessor` (the packer); subclasses for
+    other inputs override the forward methods.
+
+    Args:
+        packer: a `kbert.Preprocessor`: tokenizer and `sequence_length`.
+        text_pairs: whether the task reads text pairs; None until it sees
+            its first texts (and recorded then, so an export knows its
+            inputs).
+    """
+
+    default_batch_size = DEFAULT_BATCH_SIZE
+    # Whether outputs do not depend on how much padding follows the text, so
+    # batches are padded only to their longest example.
+    pads_to_longest = True
+
+    def __init__(self, packer, text_pairs=None, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(packer, dict):
+            packer = keras.saving.deserialize_keras_object(packer)
+        if not isinstance(packer, Preprocessor):
+            raise TypeError(f"`packer` must be a kbert.Preprocessor, got {type(packer).__name__}.")
+        self.packer = packer
+        self.text_pairs = None if text_pairs is None else bool(text_pairs)
+
+    @property
+    def tokenizer(self):
+        return self.packer.tokenizer
+
+    @property
+    def sequence_length(self):
+        return self.packer.sequence_length
+
+    # --- Forward: raw inputs to model inputs ----------------------------------
+
+    def examples(self, x, y=None, sample_weight=None):
+        """Checks texts or text pairs (with targets and weights) and returns them as `Examples`."""
+        segments, is_pair = split_segments(x)
+        self.record_text_pairs(is_pair)
+        segments = [as_text_array(s) for s in segments]
+        lengths = {len(s) for s in segments}
+        if len(lengths) != 1:
+            raise ValueError(f"The texts of a pair must be as many, got {sorted(lengths)}.")
+        count = lengths.pop()
+        features = tuple(segments) if is_pair else segments[0]
+        parts = [features]
+        if y is not None:
+            y = self.check_targets(np.asarray(y))
+            if len(y) != count:
+                raise ValueError(f"Got {count} texts but {len(y)} labels.")
+            parts.append(y)
+        if sample_weight is not None:
+            parts.append(check_sample_weight(sample_weight, count, "texts"))
+        return examples(tuple(parts), count)
+
+    def check_targets(self, y):
+        """Checks targets given as arrays; returns them as the model's loss takes them."""
+        return y
+
+    def batch_dataset(self, dataset, batch_size):
+        """A user's `tf.data.Dataset` of raw examples, batched (unless it is batched already)."""
+        spec = dataset.element_spec
+        features = spec[0] if isinstance(spec, tuple) and not is_pair_spec(spec) else spec
+        self.record_text_pairs(is_pair_spec(features))
+        first = split_segments(features)[0][0]
+        if first.shape.rank == 0:
+            dataset = dataset.batch(batch_size)
+        if is_pair_spec(dataset.element_spec):
+            # tf.data passes a tuple element as separate arguments; keep the pair.
+            dataset = dataset.map(lambda a, b: ((a, b),))
+        return dataset
+
+    def example_lengths(self, features, *rest):
+        """A length of each example of a batch to group batches by (bytes of text)."""
+        segments, _ = split_segments(features)
+        return tf.add_n([tf.strings.length(s) for s in segments])
+
+    def forward_batch(self, features, *rest):
+        """A batch of raw examples (and targets, weights) to model inputs (and the rest)."""
+        inputs = self.packer(features)
+        return (inputs, *rest) if rest else inputs
+
+    def record_text_pairs(self, is_pair):
+        if self.text_pairs is None:
+            self.text_pairs = bool(is_pair)
+
+    def call(self, x, y=None, sample_weight=None):
+        """The forward step on one batch: model inputs, or `(inputs, y[, sample_weight])`."""
+        rest = [value for value in (y, sample_weight) if value is not None]
+        return self.forward_batch(x, *rest)
+
+    # --- Reverse: model outputs to answers ------------------------------------
+
+    def reverse(self, outputs):
+        """The model's outputs as the task's named answers (tensors)."""
+        return outputs
+
+    # --- Serving ----------------------------------------------------------------
+
+    def serving_inputs(self, text_pairs=None):
+        """`[(name, shape)]` of the string inputs `serving_default` takes."""
+        text_pairs = self.text_pairs if text_pairs is None else text_pairs
+        if text_pairs is None:
+            raise ValueError(
+                "This model has not seen any text yet, so it is not known whether it reads "
+                "single texts or pairs; pass text_pairs=False or text_pairs=True."
+            )
+        return [("text", [None])] + ([("text_pair", [None])] if text_pairs else [])
+
+    @property
+    def token_ids_shape(self):
+        """The shape of each model input that `from_token_ids` takes."""
+        return [None, None]
+
+    def serve(self, model, *texts):
+        """`serving_default`: raw strings (as `serving_inputs` names them) to named answers."""
+        inputs = self.packer(tuple(texts) if len(texts) > 1 else texts[0])
+        # A request batch is padded to its longest text only.
+        return self.serve_token_ids(model, cut_padding(inputs))
+
+    def serve_token_ids(self, model, inputs):
+        """`from_token_ids`: model inputs to named answers."""
+        return self.reverse(model(inputs, training=False))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "packer": keras.saving.serialize_keras_object(self.packer),
+                "text_pairs": self.text_pairs,
+            }
+        )
+        return config
+
+
+def as_text_array(texts):
+    """A flat list or array of texts as a NumPy string array; names what is wrong."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("Expected a list or array of texts, got a single string; wrap it in a list.")
+    array = np.asarray(texts, dtype=object)
+    if array.ndim != 1:
+        raise ValueError(f"Texts must be a flat list, got an array of shape {array.shape}.")
+    for i, text in enumerate(array):
+        if not isinstance(text, (str, bytes)):
+            raise TypeError(f"Text {i} is a {type(text).__name__}, not a string: {text!r}.")
+    return array.astype(bytes) if array.size and isinstance(array[0], bytes) else array.astype(str)
+
+
+def check_sample_weight(sample_weight, count, what):
+    sample_weight = np.asarray(sample_weight, dtype="float32")
+    if len(sample_weight) != count:
+        raise ValueError(f"Got {count} {what} but {len(sample_weight)} sample weights.")
+    return sample_weight
+
+
+def check_class_ids(y, num_classes, what="class ids", range_prefix=""):
+    """Flat integer labels in `[0, num_classes)`, as int32; names the first bad one."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[-1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1 or not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.bool_)):
+        raise ValueError(
+            f"Labels must be a flat list of integer {what}, got dtype {y.dtype} and shape {y.shape}."
+        )
+    bad = np.flatnonzero((y < 0) | (y >= num_classes))
+    if bad.size:
+        raise ValueError(
+            f"Labels must be {range_prefix}in [0, {num_classes}); label {y[bad[0]]} at index "
+            f"{bad[0]} is not ({bad.size} such labels in all)."
+        )
+    return y.astype("int32")
+
+
+def probabilities(logits):
+    return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+
+
+def is_pair_spec(spec):
+    """True for a `(texts_a, texts_b)` element spec of two string tensors."""
+    return (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and all(isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in spec)
+    )
