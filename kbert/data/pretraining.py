@@ -262,9 +262,20 @@ def pretraining_dataset(
         count_examples: count the examples first (see above).
         verbose: print what the corpus gave, and what was skipped.
 
-    Example:
-    >>> data = kbert.pretraining_dataset(["corpus/*.txt"], vocabulary=vocab, sequence_length=128)
-    >>> pretrainer.fit(data, epochs=3)
+    Example (`folder` is any writable directory):
+    >>> with open(os.path.join(folder, "cats.txt"), "w") as file:
+    ...     _ = file.write("The cat sat on the mat. It was warm. The cat slept.")
+    >>> with open(os.path.join(folder, "dogs.txt"), "w") as file:
+    ...     _ = file.write("A dog ran in the park. It barked. The dog was happy.")
+    >>> corpus = [os.path.join(folder, "*.txt")]
+    >>> vocab = kbert.learn_vocabulary(corpus, vocabulary_size=60, verbose=False)
+    >>> data = kbert.pretraining_dataset(corpus, vocabulary=vocab, sequence_length=16,
+    ...                                  batch_size=2, seed=0, verbose=False)
+    >>> x, y, sample_weight = next(iter(data))
+    >>> x["token_ids"].shape, x["mask_positions"].shape, y["mlm"].shape, y["nsp"].shape
+    (TensorShape([2, 16]), TensorShape([2, 3]), TensorShape([2, 3]), TensorShape([2]))
+    >>> pretrainer = kbert.Pretrainer(kbert.Encoder.from_preset("tiny", vocabulary_size=len(vocab)))
+    >>> history = pretrainer.fit(data, epochs=1, verbose=0)
     """
     if seed is None:
         seed = int(np.random.default_rng().integers(2**31))

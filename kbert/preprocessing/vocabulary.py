@@ -82,7 +82,7 @@ def learn_vocabulary(
         The vocabulary, a list of tokens; `kbert.Tokenizer` takes it as is.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["the cat sat", "the dog sat"], vocabulary_size=50)
+    >>> vocab = kbert.learn_vocabulary(["the cat sat", "the dog sat"], vocabulary_size=50, verbose=False)
     >>> vocab[:5]
     ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
     """

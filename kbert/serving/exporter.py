@@ -64,9 +64,12 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
         The path of the version folder.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40)
+    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40,
+    ...                                verbose=False)
     >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16)
     >>> path = kbert.export(clf, os.path.join(folder, "films"), text_pairs=False)
+    >>> os.path.basename(path)
+    '1'
     >>> served = tf.saved_model.load(path).signatures["serving_default"]
     >>> served(text=tf.constant(["a good film"]))["probabilities"].shape
     TensorShape([1, 2])

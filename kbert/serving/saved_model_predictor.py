@@ -24,11 +24,17 @@ class SavedModelPredictor:
             or one version folder.
 
     Example:
-    >>> predictor = kbert.serving.SavedModelPredictor(path)  # doctest: +SKIP
+    >>> vocab = kbert.learn_vocabulary(["WINNER!! claim your prize", "see you at lunch"] * 5,
+    ...                                vocabulary_size=60, verbose=False)
+    >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16,
+    ...                        class_names=["ham", "spam"])
+    >>> _ = kbert.export(clf, os.path.join(folder, "spam"), text_pairs=False)
+    >>> predictor = kbert.serving.SavedModelPredictor(os.path.join(folder, "spam"))
     >>> predictor.inputs
     ['text']
-    >>> predictor.predict_texts(["WINNER!! claim your prize"])[0]["labels"]  # doctest: +SKIP
-    'spam'
+    >>> [prediction] = predictor.predict_texts(["WINNER!! claim your prize"])
+    >>> sorted(prediction), prediction["labels"] in ("ham", "spam")
+    (['label_ids', 'labels', 'probabilities'], True)
     """
 
     def __init__(self, path):
