@@ -121,9 +121,9 @@ def classifier(
         `fit((texts_a, texts_b), labels)` works as is.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["free prize now", "see you soon"] * 5, vocabulary_size=60)
+    >>> vocab = kbert.learn_vocabulary(["free prize now", "see you soon"] * 5, vocabulary_size=60, verbose=False)
     >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16)
-    >>> clf.predict(["free prize"]).shape
+    >>> clf.predict(["free prize"], verbose=0).shape
     (1, 2)
     """
     encoder, preprocessor = build_encoder_and_preprocessor(
@@ -229,11 +229,11 @@ def tagger(
 
     Example:
     >>> sentences, tags = kbert.data.load_conll2003("dev")
-    >>> vocab = kbert.learn_vocabulary([" ".join(s) for s in sentences], vocabulary_size=2000,
+    >>> vocab = kbert.learn_vocabulary([" ".join(s) for s in sentences[:200]], vocabulary_size=500,
     ...                                lowercase=False, verbose=False)
     >>> ner = kbert.tagger("tiny", labels=kbert.data.CONLL2003_LABELS, vocabulary=vocab,
-    ...                    lowercase=False, sequence_length=64)
-    >>> history = ner.fit(sentences[:200], tags[:200], epochs=1, verbose=0)
+    ...                    lowercase=False, sequence_length=32)
+    >>> history = ner.fit(sentences[:32], tags[:32], epochs=1, verbose=0)
     >>> len(ner.tag([["Peter", "Blackburn", "visited", "Germany"]])[0])
     4
     """
@@ -276,7 +276,7 @@ def multiple_choice(
         works as is, with `num_choices` texts per context in `choices`.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["she opened the door", "he sat down"] * 5, vocabulary_size=60)
+    >>> vocab = kbert.learn_vocabulary(["she opened the door", "he sat down"] * 5, vocabulary_size=60, verbose=False)
     >>> mc = kbert.multiple_choice("tiny", num_choices=2, vocabulary=vocab, sequence_length=16)
     >>> mc.choose((["she opened"], [["the door", "he sat down"]])).shape
     (1,)
@@ -323,7 +323,7 @@ def embedder(
         `padding_mask`.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60)
+    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60, verbose=False)
     >>> embedder = kbert.embedder("tiny", vocabulary=vocab, sequence_length=16)
     >>> embedder.embed(["the cat sat"]).shape
     (1, 128)

@@ -29,19 +29,11 @@ import kbert
 
 OPTION_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
-# Modules being rewritten elsewhere whose examples fail for now (expected to fail, not strictly).
-PENDING = {
-    "kbert.models.classifier",
-    "kbert.models.embedder",
-    "kbert.models.multiple_choice",
-    "kbert.tasks",
-}
-
 # Docstrings (by test id) whose examples take more than 10 s.
 SLOW = {
     "kbert.data.pretraining.pretraining_dataset",
     "kbert.models.multiple_choice.MultipleChoice",
-    "kbert.tasks.tagger",
+    "kbert.builders.tagger",
 }
 
 MIN_DOCSTRINGS = 30
@@ -71,8 +63,6 @@ DOCSTRINGS = find_docstrings()
 
 def as_param(module_name, test):
     marks = []
-    if module_name in PENDING:
-        marks.append(pytest.mark.xfail(strict=False, reason="rewritten elsewhere"))
     if test.name in SLOW:
         marks.append(pytest.mark.slow)
     return pytest.param(test, id=test.name, marks=marks)
@@ -83,8 +73,6 @@ def test_docstrings_are_found():
 
 
 def test_marked_names_exist():
-    modules = {name for name, _ in DOCSTRINGS}
-    assert PENDING <= modules, PENDING - modules
     ids = {test.name for _, test in DOCSTRINGS}
     assert SLOW <= ids, SLOW - ids
 

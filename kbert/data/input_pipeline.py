@@ -51,7 +51,7 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
         when `x` is not a dataset.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40)
+    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40, verbose=False)
     >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16)
     >>> batches = kbert.data.task_dataset(clf.preprocessor, ["a good film", "bad"], [1, 0])
     >>> inputs, labels = next(iter(batches))

@@ -52,7 +52,7 @@ class Classifier(TaskModel):
             first given.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40)
+    >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40, verbose=False)
     >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16,
     ...                        class_names=["bad", "good"])
     >>> history = clf.fit(["a good film", "a bad film"], [1, 0], epochs=1, verbose=0)

@@ -46,7 +46,7 @@ class Embedder(TaskModel):
             block, -1 the last).
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60)
+    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60, verbose=False)
     >>> embedder = kbert.embedder("tiny", vocabulary=vocab, sequence_length=16, normalize=True)
     >>> embedder.embed(["the cat sat", "a dog ran"]).shape
     (2, 128)

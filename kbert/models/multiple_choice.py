@@ -40,7 +40,7 @@ class MultipleChoice(TaskModel):
         dropout: dropout before the scoring layer.
 
     Example:
-    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60)
+    >>> vocab = kbert.learn_vocabulary(["the cat sat on the mat", "a dog ran"] * 5, vocabulary_size=60, verbose=False)
     >>> mc = kbert.multiple_choice("tiny", num_choices=2, vocabulary=vocab, sequence_length=16)
     >>> contexts, choices = ["the cat sat"], [["on the mat", "a dog ran"]]
     >>> history = mc.fit((contexts, choices), [0], verbose=0)

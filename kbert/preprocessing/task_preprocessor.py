@@ -129,7 +129,11 @@ class TaskPreprocessor(PreprocessingLayer):
 
     def call(self, x, y=None, sample_weight=None):
         """The forward step on one batch: model inputs, or `(inputs, y[, sample_weight])`."""
-        rest = [value for value in (y, sample_weight) if value is not None]
+        rest = []
+        if y is not None:
+            rest.append(self.check_targets(np.asarray(y)))
+        if sample_weight is not None:
+            rest.append(np.asarray(sample_weight, "float32"))
         return self.forward_batch(x, *rest)
 
     # --- Reverse: model outputs to answers ------------------------------------

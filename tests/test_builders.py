@@ -1,6 +1,10 @@
 import pytest
 
 import kbert
+import kbert.models.task_model
+from kbert.builders import TASK_BUILDERS
+from kbert.preprocessing.task_preprocessor import TaskPreprocessor
+from kbert.serving import ServingModule
 from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
 
 
@@ -43,3 +47,17 @@ def test_encoder_arguments_with_a_built_encoder_are_refused():
     encoder = kbert.Encoder(**tiny_encoder_kwargs())
     with pytest.raises(ValueError, match="apply to presets"):
         kbert.classifier(encoder, vocabulary=TINY_VOCABULARY, num_layers=4)
+
+
+@pytest.mark.parametrize("name", sorted(TASK_BUILDERS))
+def test_every_registered_task_has_a_task_preprocessor_that_serves_it(name, tmp_path):
+    # What a sixth task needs: a model, its task preprocessor, a registry entry.
+    arguments = {"tagger": {"labels": ["O", "B-X"]}, "question_answerer": {"max_question_length": 8}}.get(name, {})
+    model = TASK_BUILDERS[name]("tiny", vocabulary=TINY_VOCABULARY, sequence_length=16, num_layers=1,
+                                **arguments)
+    assert isinstance(model, kbert.models.task_model.TaskModel)
+    assert isinstance(model.preprocessor, TaskPreprocessor)
+    assert model.preprocessor.tokenizer.get_vocabulary() == TINY_VOCABULARY
+    # The export asks the preprocessor for its signature: no list of task types.
+    module = ServingModule(model, text_pairs=False if name in ("classifier", "embedder") else None)
+    assert set(module.signatures()) == {"serving_default", "from_token_ids", "from_tf_example"}

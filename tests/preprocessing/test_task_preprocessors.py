@@ -1,0 +1,88 @@
+"""The task preprocessors: settings, config round trips, forward and reverse steps."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kbert
+from tests.test_case import TINY_VOCABULARY, assert_all_close, run_preprocessing_equivalence
+
+
+def packer(sequence_length=16):
+    return kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+
+
+PREPROCESSORS = {
+    "classifier": lambda: kbert.ClassifierPreprocessor(packer(), num_classes=3, class_names=["a", "b", "c"]),
+    "embedder": lambda: kbert.EmbedderPreprocessor(packer(), text_pairs=True),
+    "tagger": lambda: kbert.TaggerPreprocessor(packer(), labels=["O", "B-X", "I-X"]),
+    "question_answerer": lambda: kbert.QuestionAnswererPreprocessor(
+        packer(), doc_stride=3, max_question_length=4, max_answer_length=5, n_best=2, null_score_threshold=1.0
+    ),
+    "multiple_choice": lambda: kbert.MultipleChoicePreprocessor(packer(), num_choices=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PREPROCESSORS))
+def test_config_round_trips_with_the_settings(name):
+    preprocessor = PREPROCESSORS[name]()
+    config = preprocessor.get_config()
+    restored = preprocessor.__class__.from_config(config)
+    assert restored.get_config() == config
+    assert restored.tokenizer.get_vocabulary() == TINY_VOCABULARY and restored.sequence_length == 16
+
+
+def test_classifier_forward_is_the_packer_and_reverse_names_classes():
+    preprocessor = PREPROCESSORS["classifier"]()
+    texts = tf.constant(["a good film", "the cat"])
+    inputs, labels = preprocessor(texts, np.array([2, 0]))
+    assert_all_close(inputs, packer()(texts))
+    assert labels.tolist() == [2, 0]
+    run_preprocessing_equivalence(preprocessor, texts)
+    outputs = preprocessor.reverse(tf.constant([[0.0, 1.0, 3.0], [2.0, 0.0, 0.0]]))
+    assert outputs["label_ids"].numpy().tolist() == [2, 0]
+    assert outputs["labels"].numpy().tolist() == [b"c", b"a"]
+    np.testing.assert_allclose(outputs["probabilities"].numpy().sum(-1), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"Labels must be in \[0, 3\); label 3 at index 1"):
+        preprocessor.examples(["a", "b"], [0, 3])
+
+
+def test_text_pairs_are_recorded_from_the_first_texts_and_name_the_serving_inputs():
+    preprocessor = kbert.ClassifierPreprocessor(packer(), num_classes=2)
+    with pytest.raises(ValueError, match="pass text_pairs=False or text_pairs=True"):
+        preprocessor.serving_inputs()
+    preprocessor.examples((["a"], ["b"]), [1])
+    assert preprocessor.text_pairs is True
+    assert [name for name, _ in preprocessor.serving_inputs()] == ["text", "text_pair"]
+    # An embedder serves single texts unless told.
+    assert kbert.EmbedderPreprocessor(packer()).serving_inputs() == [("text", [None])]
+
+
+def test_multiple_choice_packs_each_choice_with_its_context():
+    preprocessor = PREPROCESSORS["multiple_choice"]()
+    inputs = preprocessor((tf.constant(["the cat"]), tf.constant([["sat", "a dog", "now"]])))
+    assert inputs["token_ids"].shape == (1, 3, 16)
+    flat = packer()((tf.constant(["the cat"] * 3), tf.constant(["sat", "a dog", "now"])))
+    np.testing.assert_array_equal(inputs["token_ids"][0], flat["token_ids"])
+    assert preprocessor.reverse(tf.constant([[0.0, 5.0, 1.0]]))["choice_ids"].numpy().tolist() == [1]
+
+
+def test_tagger_reverse_gives_a_tag_per_word_and_forward_marks_first_pieces():
+    preprocessor = PREPROCESSORS["tagger"]()
+    inputs, labels, weights = preprocessor([["the", "cats", "sat"]], [["O", "B-X", "O"]])
+    # "cats" is "cat ##s": only its first piece carries its label.
+    assert weights.numpy()[0, :6].tolist() == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    assert labels.numpy()[0, 2] == 1
+    tags = preprocessor.reverse(tf.constant([[3.0, 0.0, 0.0], [0.0, 0.0, 2.0]]))["tags"]
+    assert tags.numpy().tolist() == [b"O", b"I-X"]
+
+
+def test_question_answerer_windows_and_decoding_roundtrip():
+    preprocessor = PREPROCESSORS["question_answerer"]()
+    windows = preprocessor.build_windows(["who sat ?"], ["the cat sat on the mat . a dog sat on the mat ."])
+    assert windows["token_ids"].shape[0] >= 2  # a long context gives several windows
+    start = tf.where(windows["token_char_starts"] == 4, 10.0, 0.0)  # "cat" starts at character 4
+    end = tf.where(windows["token_char_ends"] == 7, 10.0, 0.0)
+    answers = preprocessor.decode(start, end, windows)
+    assert answers["text"].numpy().tolist() == [b"cat"]
+    assert answers["candidate_texts"].shape == (1, 2)  # n_best
