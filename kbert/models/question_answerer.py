@@ -91,8 +91,7 @@ class QuestionAnswerer(TaskModel):
         super().__init__(inputs=inputs, outputs=outputs, preprocessor=preprocessor, **kwargs)
 
         # === Config ===
-        self._answer_function = None
-        self._logits_function = None
+        self._traced_functions = {}
         self.compile()
 
     def default_loss(self):
@@ -137,6 +136,16 @@ class QuestionAnswerer(TaskModel):
             validation_data = (validation_data, None)
         return super()._validation_dataset(validation_data, batch_size)
 
+    def _traced(self, name):
+        """The preprocessor's `name(model, questions, contexts)` as one `tf.function` per model."""
+        if name not in self._traced_functions:
+            spec = tf.TensorSpec([None], tf.string)
+            method = getattr(self.preprocessor, name)
+            self._traced_functions[name] = tf.function(
+                lambda questions, contexts: method(self, questions, contexts), input_signature=[spec, spec]
+            )
+        return self._traced_functions[name]
+
     def _question_batches(self, x, batch_size, questions=None, contexts=None):
         """`(questions, contexts)` string tensors of each batch of questions."""
         if questions is not None or contexts is not None:
@@ -169,14 +178,9 @@ class QuestionAnswerer(TaskModel):
         if question is not None or context is not None:
             deprecated("QuestionAnswerer.predict(question=..., context=...)", "answer(question=..., context=...)")
             return self.answer(question=question, context=context, top_k=top_k)
-        if self._logits_function is None:
-            spec = tf.TensorSpec([None], tf.string)
-            self._logits_function = tf.function(
-                lambda q, c: self.preprocessor.window_logits(self, q, c), input_signature=[spec, spec]
-            )
         batches = self._question_batches(x, batch_size, questions, contexts)
         results = []
-        for batch in self._map_batches(self._logits_function, batches, verbose):
+        for batch in self._map_batches(self._traced("window_logits"), batches, verbose):
             splits = np.cumsum(np.bincount(batch["example_index"], minlength=0))[:-1]
             starts = np.split(batch["start_logits"], splits)
             ends = np.split(batch["end_logits"], splits)
@@ -218,14 +222,9 @@ class QuestionAnswerer(TaskModel):
         n_best = self.preprocessor.n_best
         if top_k is not None and (int(top_k) != top_k or not 1 <= top_k <= n_best):
             raise ValueError(f"`top_k` must be None or from 1 to `n_best` ({n_best}), got {top_k!r}.")
-        if self._answer_function is None:
-            spec = tf.TensorSpec([None], tf.string)
-            self._answer_function = tf.function(
-                lambda q, c: self.preprocessor.answer_batch(self, q, c), input_signature=[spec, spec]
-            )
         batches = self._question_batches(x, batch_size, questions, contexts)
         answers = []
-        for batch in self._map_batches(self._answer_function, batches, verbose):
+        for batch in self._map_batches(self._traced("answer_batch"), batches, verbose):
             answers.extend(answer_dicts(batch, top_k))
         return answers
 

@@ -8,7 +8,7 @@ from kbert.preprocessing.task_preprocessor import (
     as_text_array,
     check_class_ids,
     check_sample_weight,
-    examples,
+    make_examples,
     probabilities,
 )
 
@@ -66,7 +66,7 @@ class MultipleChoicePreprocessor(TaskPreprocessor):
             parts.append(y)
         if sample_weight is not None:
             parts.append(check_sample_weight(sample_weight, len(contexts), "contexts"))
-        return examples(tuple(parts), len(contexts))
+        return make_examples(tuple(parts), len(contexts))
 
     def check_targets(self, y):
         return check_class_ids(y, self.num_choices, what="choice indices", range_prefix="choice indices ")

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.preprocessing.task_preprocessor import MODEL_INPUTS, TaskPreprocessor, examples
+from kbert.preprocessing.task_preprocessor import MODEL_INPUTS, TaskPreprocessor, make_examples
 
 # Questions tokenized per call when counting the windows before training.
 _COUNT_BATCH_SIZE = 512
@@ -357,7 +357,7 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
             np.asarray(answer_starts, "int64"),
             np.asarray(answer_ends, "int64"),
         )
-        return examples(tensors, len(qa_examples.questions), output_count=window_total)
+        return make_examples(tensors, len(qa_examples.questions), output_count=window_total)
 
     def batch_dataset(self, dataset, batch_size):
         raise TypeError(

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.data.input_pipeline import padded_length
-from kbert.preprocessing.task_preprocessor import TaskPreprocessor, examples, probabilities
+from kbert.preprocessing.task_preprocessor import TaskPreprocessor, make_examples, probabilities
 
 WORDS_SPEC = tf.RaggedTensorSpec([None, None], tf.string, ragged_rank=1, row_splits_dtype=tf.int64)
 
@@ -72,7 +72,7 @@ class TaggerPreprocessor(TaskPreprocessor):
     def examples(self, x, y=None, sample_weight=None):
         sentences = as_sentences(x)
         if y is None:
-            return examples((ragged_rows(sentences, tf.string),), len(sentences), ragged=True)
+            return make_examples((ragged_rows(sentences, tf.string),), len(sentences), ragged=True)
         lengths = [len(s) for s in sentences]
         tag_ids = self.tag_ids(y, lengths)
         weights = word_weights(sample_weight, lengths)
@@ -85,7 +85,7 @@ class TaggerPreprocessor(TaskPreprocessor):
             ragged_rows([tag_ids[i] for i in keep], tf.int32),
             ragged_rows([weights[i] for i in keep], tf.float32),
         )
-        return examples(tensors, len(keep), ragged=True)
+        return make_examples(tensors, len(keep), ragged=True)
 
     def tag_ids(self, tags, lengths):
         """Label ids of each sentence's tags (strings or ids), checked against the words."""

@@ -19,7 +19,8 @@ MODEL_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 Examples = collections.namedtuple("Examples", ["tensors", "count", "output_count", "ragged"])
 
 
-def examples(tensors, count, output_count=None, ragged=False):
+def make_examples(tensors, count, output_count=None, ragged=False):
+    """`Examples`; `output_count` defaults to `count` (one model row per example)."""
     return Examples(tensors, count, count if output_count is None else output_count, ragged)
 
 
@@ -94,7 +95,7 @@ class TaskPreprocessor(PreprocessingLayer):
             parts.append(y)
         if sample_weight is not None:
             parts.append(check_sample_weight(sample_weight, count, "texts"))
-        return examples(tuple(parts), count)
+        return make_examples(tuple(parts), count)
 
     def check_targets(self, y):
         """Checks targets given as arrays; returns them as the model's loss takes them."""

@@ -96,9 +96,9 @@ def token_ids_request(kind, model, request):
         windows = model.preprocessor.build_windows(request["question"], request["context"])
         inputs = {name: windows[name] for name in ("token_ids", "segment_ids", "padding_mask")}
     elif kind == "pair_classifier":
-        inputs = model.preprocessor((request["text"], request["text_pair"]))
-    else:
-        inputs = model.preprocessor(request["text"])
+        inputs = model.preprocessor.packer((request["text"], request["text_pair"]))
+    else:  # packed as one text per row (for a tagger: per-token outputs)
+        inputs = model.preprocessor.packer(request["text"])
     return {name: value.numpy().tolist() for name, value in inputs.items()}
 
 
@@ -172,7 +172,7 @@ def test_the_tagger_serves_a_tag_for_every_word_of_raw_text(exported, served):
             np.testing.assert_allclose(outputs["scores"][i][:n], probabilities[i].max(-1), atol=1e-5)
             assert outputs["tag_ids"][i][n:] == [-1] * (len(outputs["tag_ids"][i]) - n)
     by_token = served["results"]["tagger"][FROM_TOKEN_IDS]
-    ids = model.preprocessor(texts)
+    ids = model.preprocessor.packer(texts)
     np.testing.assert_allclose(by_token["probabilities"], tf.nn.softmax(model(ids)).numpy(), atol=1e-5)
 
 
