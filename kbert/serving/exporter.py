@@ -179,8 +179,8 @@ def _remove_stale_work_folders(directory):
     A folder is stale when its writer, named in the folder's name, is a
     process of this machine that no longer runs, or when it is older than
     `STALE_AFTER_S` (so a writer that cannot be asked, on another machine
-    sharing the folder, is given a day). A half-written
-    `.N.partial-*` folder is deleted. A `.N.old-*` folder holds the version
+    sharing the folder, is given a day). A half-written `.N.partial-*`
+    folder is deleted. A `.N.old-*` folder holds the version
     `N` that an overwrite moved aside: it is put back when version `N` is
     missing (the new one never arrived), deleted otherwise.
 
@@ -196,7 +196,10 @@ def _remove_stale_work_folders(directory):
         target = os.path.join(directory, match["version"])
         kept = os.path.join(path, "saved_model")
         if match["kind"] == "old" and not os.path.exists(target) and os.path.isdir(kept):
-            os.rename(kept, target)
+            try:
+                os.rename(kept, target)
+            except OSError:  # a version N appeared meanwhile: keep the old one where it is
+                continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(name)
     return removed
@@ -223,6 +226,8 @@ def _is_stale(path, match):
 
 
 def _is_running(pid):
+    if os.name == "nt":  # there os.kill ends the process: do not ask, count it as running
+        return True
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
     except ProcessLookupError:
