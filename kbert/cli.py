@@ -171,8 +171,7 @@ def _export(args):
     model = kbert.load_model(args.model)
     text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
     path = kbert.export(model, os.path.join(args.out, args.name), version=args.version,
-                        overwrite=args.overwrite, text_pairs=text_pairs)
-    kbert.serving.check_ops(path)
+                        overwrite=args.overwrite, text_pairs=text_pairs)  # checks the ops before the rename
     print(f"Exported {type(model).__name__} to {path} (signatures serving_default, from_token_ids, "
           "from_tf_example; every op is one TF Serving has)")
 

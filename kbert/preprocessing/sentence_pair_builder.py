@@ -3,16 +3,26 @@
 import collections
 import dataclasses
 import random
+import warnings
 
 import numpy as np
 
 IS_NEXT, NOT_NEXT = 0, 1
 
+SINGLE_DOCUMENT_WARNING = (
+    "The corpus is one document, so next-sentence prediction gets no NotNext pairs (a random B "
+    "comes from another document): every pair is IsNext, 0 % NotNext, and NSP accuracy is 1.0 "
+    "without learning anything. Give the corpus two or more documents (several files, or "
+    "document_boundary='blank_line' with a blank line between documents), or pretrain masked LM "
+    "only with next_sentence=False (--no-next-sentence on the command line)."
+)
+
 
 @dataclasses.dataclass
 class PairStats:
-    """Counts of one pass: examples made, their labels, and what was left out."""
+    """Counts of one pass: documents read, examples made, their labels, and what was left out."""
 
+    documents: int = 0
     examples: int = 0
     is_next: int = 0
     not_next: int = 0
@@ -42,6 +52,10 @@ class SentencePairBuilder:
     as the paper's footnote says. (The reference script always gives such a
     chunk a random B, so its NotNext share rises above one half wherever
     sentences are long.)
+
+    A random B needs a second document: a corpus of one document gives only
+    IsNext pairs, on which next-sentence prediction learns nothing (its
+    accuracy is 1.0 from the start), so the builder warns, naming the fixes.
 
     A pair that is still too long loses tokens from the longer segment, at
     its front or back at random. With `next_sentence=False` each chunk is
@@ -120,11 +134,15 @@ class SentencePairBuilder:
             if not document:
                 self.stats.empty_documents += 1
                 continue
+            self.stats.documents += 1
             pending.append(document)
             if len(pending) > self.document_buffer:
                 yield from self._take_one(pending, used, rng)
         while pending:
             yield from self._take_one(pending, used, rng)
+        # Only with examples: a corpus that gives none is an error elsewhere.
+        if self.next_sentence and self.stats.documents == 1 and self.stats.examples:
+            warnings.warn(SINGLE_DOCUMENT_WARNING, UserWarning, stacklevel=2)
 
     def _take_one(self, pending, used, rng):
         document = pending.pop(rng.randrange(len(pending)))

@@ -3,13 +3,24 @@
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 
 import tensorflow as tf
 
+from kbert.serving import op_allowlist
 from kbert.serving.serving_module import ServingModule
 
 _VERSION = re.compile(r"^[0-9]+$")
+# Hidden work folders beside the versions: `.3.partial-<host>-<pid>-<random>`
+# while version 3 is written, `.3.old-<host>-<pid>-<random>` holding the
+# version an overwrite replaces. The writer's host and process id say
+# whether a folder left behind is still in use.
+_WORK_FOLDER = re.compile(r"^\.(?P<version>[0-9]+)\.(?P<kind>partial|old)-(?:(?P<host>.+)-(?P<pid>[0-9]+)-)?[^-]*$")
+# A work folder whose writer cannot be asked (another machine, or an older
+# name without one) is stale after this long: no export takes a day.
+STALE_AFTER_S = 24 * 3600
 
 
 def export(model, directory, version=None, overwrite=False, text_pairs=None):
@@ -47,8 +58,16 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
 
     The version folder appears complete or not at all: the SavedModel is
     written to a hidden folder beside it (TF Serving skips names that are
-    not numbers) and renamed into place, so a model server polling
-    `directory` never loads half a model.
+    not numbers), its ops are checked against the ops of TF Serving's
+    model server (`kbert.serving.check_ops`), and only then is it renamed
+    into place, so a model server polling `directory` never loads half a
+    model or one it cannot run. Hidden folders that an export killed midway
+    left behind (their writer is no longer running) are removed first.
+
+    The version folder and its files get the permissions of ordinary new
+    files under the process's umask (with umask 022: folders `rwxr-xr-x`,
+    files `rw-r--r--`), so a model server running as another user can read
+    them.
 
     Args:
         model: a kbert task model.
@@ -62,6 +81,11 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
 
     Returns:
         The path of the version folder.
+
+    Raises:
+        ValueError: when the graph uses an op that TF Serving's model
+            server lacks; nothing is exported.
+        FileExistsError: when the version exists and `overwrite` is False.
 
     Example:
     >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40,
@@ -77,15 +101,23 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     directory = os.fspath(directory)
     module = ServingModule(model, text_pairs=text_pairs)  # fails early on a model it cannot serve
     os.makedirs(directory, exist_ok=True)
+    _remove_stale_work_folders(directory)
     version = _choose_version(directory, version)
     target = os.path.join(directory, str(version))
     if os.path.exists(target) and not overwrite:
         raise FileExistsError(
             f"{target} exists; export to another version, or pass overwrite=True to replace it."
         )
-    staging = tempfile.mkdtemp(prefix=f".{version}.partial-", dir=directory)
+    staging = tempfile.mkdtemp(prefix=_work_prefix(version, "partial"), dir=directory)
     try:
         tf.saved_model.save(module, staging, signatures=module.signatures())
+        missing = op_allowlist.unserved_ops(op_allowlist.saved_model_ops(staging))
+        if missing:
+            raise ValueError(
+                f"Did not export {type(model).__name__} to {target}: its graph uses ops that "
+                f"{op_allowlist.served_by()} lacks, so the model server could not load it: {missing}."
+            )
+        _follow_umask(staging)
         _move_into_place(staging, target, overwrite)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -128,7 +160,7 @@ def _choose_version(directory, version):
 def _move_into_place(staging, target, overwrite):
     old = None
     if overwrite and os.path.exists(target):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=os.path.dirname(target))
+        old = tempfile.mkdtemp(prefix=_work_prefix(os.path.basename(target), "old"), dir=os.path.dirname(target))
         os.rename(target, os.path.join(old, "saved_model"))
     try:
         os.rename(staging, target)
@@ -139,3 +171,98 @@ def _move_into_place(staging, target, overwrite):
         raise FileExistsError(f"Could not move the export into {target}: {error}") from error
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale_work_folders(directory):
+    """Removes the hidden work folders of exports to `directory` that were killed midway.
+
+    A folder is stale when its writer, named in the folder's name, is a
+    process of this machine that no longer runs, or when it is older than
+    `STALE_AFTER_S` (so a writer that cannot be asked, on another machine
+    sharing the folder, is given a day). A half-written `.N.partial-*`
+    folder is deleted. A `.N.old-*` folder holds the version
+    `N` that an overwrite moved aside: it is put back when version `N` is
+    missing (the new one never arrived), deleted otherwise.
+
+    Returns:
+        The names of the folders removed or put back.
+    """
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        match = _WORK_FOLDER.match(name)
+        path = os.path.join(directory, name)
+        if not match or not os.path.isdir(path) or not _is_stale(path, match):
+            continue
+        target = os.path.join(directory, match["version"])
+        kept = os.path.join(path, "saved_model")
+        if match["kind"] == "old" and not os.path.exists(target) and os.path.isdir(kept):
+            try:
+                os.rename(kept, target)
+            except OSError:  # a version N appeared meanwhile: keep the old one where it is
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def _host():
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _work_prefix(version, kind):
+    return f".{version}.{kind}-{_host()}-{os.getpid()}-"
+
+
+def _is_stale(path, match):
+    if match["pid"] is not None and match["host"] == _host() and not _is_running(int(match["pid"])):
+        return True
+    # Otherwise by age, which also catches a dead writer whose process id
+    # a new process got (a container's writer is often process 1).
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except FileNotFoundError:  # another export removed it just now
+        return False
+    return age > STALE_AFTER_S
+
+
+def _is_running(pid):
+    if os.name == "nt":  # there os.kill ends the process: do not ask, count it as running
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's process
+        return True
+    return True
+
+
+def _umask():
+    # Read without changing it where the system says it (Linux); otherwise
+    # set and restore it, as there is no other way to read it.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _follow_umask(folder):
+    """Gives `folder` and everything in it the modes of ordinary new files and folders.
+
+    `tempfile.mkdtemp` makes the staging folder private (0700) whatever the
+    umask, which would hide the version from a model server running as
+    another user once the folder is renamed into place.
+    """
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, folders, files in os.walk(folder):
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~mask)

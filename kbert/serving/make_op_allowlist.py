@@ -1,31 +1,46 @@
-"""Writes `allowed_ops.txt`: the ops a kbert SavedModel may use to run in TF Serving.
+"""Writes `allowed_ops.txt`: the ops TF Serving's model server registers.
 
-Run as a file, not as a module (importing kbert would load TF-Text first):
+The list is the ops of the model server release users run, not of the
+TensorFlow installed here. TF Serving 2.20.0 (the `tensorflow/serving:2.20.0`
+image) is built from TensorFlow 2.20.0 and links TF-Text 2.20.0
+(`org_tensorflow_text`, `text-2.20.0`, in its `tensorflow_serving/workspace.bzl`).
+So the list is
 
-    pip download tensorflow-text==2.12.1 --no-deps --only-binary=:all: \\
-        --python-version 3.11 --platform manylinux2014_x86_64 -d /tmp/tft
-    .venv/bin/python kbert/serving/make_op_allowlist.py /tmp/tft/tensorflow_text-2.12.1-*.whl
+1. every op TensorFlow 2.20.0 registers, read from the op registry of that
+   TensorFlow before TF-Text is imported, and
+2. the ops importing TF-Text 2.20.0 adds to that registry.
 
-The list is
+Both versions are installed in a throwaway virtual environment, away from
+kbert's own (which runs a newer TensorFlow), and this file is run there as a
+file (it imports neither kbert nor Keras):
 
-1. every op core TensorFlow registers (read from the op registry of the
-   installed TensorFlow before TF-Text is imported), and
-2. the TF-Text ops of the installed tensorflow-text that TF-Text 2.12.1
-   also registers. TF Serving's released model servers link TF-Text 2.12.1
-   (tensorflow/serving#2267 and #4057: models using newer TF-Text ops fail
-   there with "Op type not registered 'TFText>RoundRobinTrim'"). A TF-Text
-   op counts as registered by 2.12.1 when its name appears as a whole
-   C string in that wheel's op libraries. RoundRobinTrim (keras-hub's and
-   TF-Text's `RoundRobinTrimmer`) is not among them.
+    python3.11 -m venv /tmp/tf-serving-2.20
+    /tmp/tf-serving-2.20/bin/pip install tensorflow-cpu==2.20.0
+    /tmp/tf-serving-2.20/bin/pip install --no-deps tensorflow-text==2.20.0
+    /tmp/tf-serving-2.20/bin/python kbert/serving/make_op_allowlist.py
+
+(`--no-deps`: TF-Text's wheel asks for the `tensorflow` package, of which
+`tensorflow-cpu` is the same build without GPU libraries.) The script refuses
+to run on other versions. For a later TF Serving release, change the three
+versions below to the TensorFlow and TF-Text that release names, and run it
+again.
+
+The model server is built from the same TensorFlow source as that pip
+package, so it has the ops the package registers and no later ones: an op
+TensorFlow adds afterwards (`DecodeJxl`, new in 2.21) is missing there, and
+a SavedModel using it fails to load with "Op type not registered".
 """
 
-import re
 import sys
-import zipfile
 from pathlib import Path
+
+TF_SERVING = "2.20.0"
+TENSORFLOW = "2.20.0"
+TF_TEXT = "2.20.0"
 
 
 def registered_ops():
+    """The names of every op in this process's op registry."""
     from tensorflow.core.framework import op_def_pb2
     from tensorflow.python.client import pywrap_tf_session
 
@@ -35,39 +50,31 @@ def registered_ops():
     return {op.name for op in ops.op}
 
 
-def c_strings_in_op_libraries(wheel):
-    """Every NUL-terminated printable string in the wheel's `.so` files."""
-    strings = set()
-    with zipfile.ZipFile(wheel) as archive:
-        for name in archive.namelist():
-            if name.endswith(".so"):
-                strings.update(s.decode() for s in re.findall(rb"[\x20-\x7e]{3,}(?=\x00)", archive.read(name)))
-    return strings
+def main():
+    import tensorflow
 
+    if tensorflow.__version__ != TENSORFLOW:
+        raise SystemExit(f"Found TensorFlow {tensorflow.__version__}; TF Serving {TF_SERVING} is built from "
+                         f"TensorFlow {TENSORFLOW}. Run this in the virtual environment described here:\n{__doc__}")
+    core = registered_ops()  # before TF-Text's op libraries load
+    import tensorflow_text
 
-def main(wheel):
-    import tensorflow  # noqa: F401  (core ops only)
-
-    core = registered_ops()
-    import tensorflow_text  # noqa: F401
-
-    tf_text_ops = registered_ops() - core
-    served = c_strings_in_op_libraries(wheel)
-    allowed_text_ops = sorted(op for op in tf_text_ops if op in served)
-    left_out = sorted(tf_text_ops - set(allowed_text_ops))
+    if tensorflow_text.__version__ != TF_TEXT:
+        raise SystemExit(f"Found TF-Text {tensorflow_text.__version__}; TF Serving {TF_SERVING} links "
+                         f"TF-Text {TF_TEXT}. Install tensorflow-text=={TF_TEXT} (see below).\n{__doc__}")
+    text_ops = registered_ops() - core
     header = [
-        "# Ops a kbert SavedModel may use so TF Serving can run it; made by kbert/serving/make_op_allowlist.py.",
-        f"# Core TensorFlow {tensorflow.__version__}: {len(core)} ops. "
-        f"TF-Text {tensorflow_text.__version__} ops also in TF-Text 2.12.1 "
-        f"({Path(wheel).name}): {len(allowed_text_ops)}.",
-        f"# TF-Text ops left out (not in 2.12.1): {', '.join(left_out)}.",
+        "# The ops TF Serving's model server registers: a SavedModel using any other op fails to load there.",
+        f"# Served by: TF Serving {TF_SERVING} (TensorFlow {TENSORFLOW}, TF-Text {TF_TEXT})",
+        f"# TensorFlow {TENSORFLOW}: {len(core)} ops, then TF-Text {TF_TEXT}: {len(text_ops)} ops.",
+        "# Made by kbert/serving/make_op_allowlist.py, which says how to make it again.",
     ]
     path = Path(__file__).with_name("allowed_ops.txt")
-    path.write_text("\n".join(header + sorted(core) + allowed_text_ops) + "\n")
-    print(f"Wrote {path}: {len(core)} core ops, {len(allowed_text_ops)} TF-Text ops; left out {left_out}")
+    path.write_text("\n".join(header + sorted(core) + sorted(text_ops)) + "\n")
+    print(f"Wrote {path}: {len(core)} TensorFlow {TENSORFLOW} ops, {len(text_ops)} TF-Text {TF_TEXT} ops.")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 1:
         raise SystemExit(__doc__)
-    main(sys.argv[1])
+    main()

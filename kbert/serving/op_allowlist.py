@@ -4,12 +4,21 @@ import os
 from pathlib import Path
 
 ALLOWLIST = Path(__file__).with_name("allowed_ops.txt")
+_SERVED_BY = "# Served by: "
 
 
 def allowed_ops():
     """The op names of `allowed_ops.txt` (how it is made: `make_op_allowlist.py`)."""
     lines = ALLOWLIST.read_text().splitlines()
     return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def served_by():
+    """The model server release the allowlist is made from, e.g. "TF Serving 2.20.0 (TensorFlow 2.20.0, ...)"."""
+    for line in ALLOWLIST.read_text().splitlines():
+        if line.startswith(_SERVED_BY):
+            return line[len(_SERVED_BY):].strip()
+    return "TF Serving's model server"
 
 
 def saved_model_ops(path):
@@ -31,16 +40,25 @@ def saved_model_ops(path):
     return ops
 
 
+def unserved_ops(ops):
+    """The ops of `ops` that are not on the allowlist, sorted."""
+    return sorted(set(ops) - allowed_ops())
+
+
 def check_ops(path):
     """Returns the ops of the SavedModel at `path`; raises if one is not on the allowlist.
+
+    The allowlist is the ops of the TF Serving release named in
+    `allowed_ops.txt` (its TensorFlow and TF-Text): an op that a newer
+    TensorFlow added is refused, as that model server would refuse it.
 
     Raises:
         ValueError: naming the ops TF Serving would not find.
     """
     ops = saved_model_ops(path)
-    missing = sorted(ops - allowed_ops())
+    missing = unserved_ops(ops)
     if missing:
         raise ValueError(
-            f"The SavedModel at {path} uses ops that TF Serving's model server lacks: {missing}."
+            f"The SavedModel at {path} uses ops that {served_by()} lacks: {missing}."
         )
     return ops

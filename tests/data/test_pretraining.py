@@ -2,6 +2,7 @@ import collections
 import json
 import math
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -406,3 +407,12 @@ def test_real_book_next_sentence_share_and_mask_rate(capsys):
     assert len(labels) == dataset.kbert_num_examples > 300
     assert 0.4 <= np.mean(labels) <= 0.6
     assert 0.14 <= chosen / text_tokens <= 0.165
+
+
+def test_a_one_file_corpus_warns_that_nsp_gets_no_not_next_pairs(tmp_path, vocabulary):
+    one_file = write_corpus(tmp_path / "one", files=1)
+    with pytest.warns(UserWarning, match=r"one document.*next_sentence=False"):
+        make_dataset(one_file, vocabulary)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_dataset(one_file, vocabulary, next_sentence=False)

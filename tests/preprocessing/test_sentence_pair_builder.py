@@ -1,6 +1,7 @@
 import collections
 import itertools
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -255,6 +256,7 @@ def test_last_documents_still_find_random_partners():
     assert all(label == NOT_NEXT and document_of(b) != document_of(a) for a, b, label in pairs)
 
 
+@pytest.mark.filterwarnings("ignore:The corpus is one document")
 def test_single_document_corpus_gives_no_not_next():
     documents = make_corpus(1, 50)
     pairs, stats = build(documents, sequence_length=12, short_sequence_rate=0.5)
@@ -272,6 +274,7 @@ def test_single_one_token_sentence_document_gives_no_pairs():
     assert stats.examples == 0 and stats.unpaired_segments == 1
 
 
+@pytest.mark.filterwarnings("ignore:The corpus is one document")
 def test_a_lone_sentence_is_cut_into_a_and_the_b_that_follows():
     pairs, stats = build([[np.array([5, 6, 7, 8])]], sequence_length=16)
     [(segment_a, segment_b, label)] = pairs
@@ -280,6 +283,7 @@ def test_a_lone_sentence_is_cut_into_a_and_the_b_that_follows():
     assert stats.unpaired_segments == 0
 
 
+@pytest.mark.filterwarnings("ignore:The corpus is one document")
 def test_empty_documents_and_sentences_are_dropped_and_counted():
     empty = np.array([], np.int32)
     documents = [[], [empty], [np.array([1, 2]), empty, np.array([3])]]
@@ -291,3 +295,23 @@ def test_empty_documents_and_sentences_are_dropped_and_counted():
 def test_accepts_lists_of_ints():
     pairs, _ = build([[[5, 6], [7]], [[8, 9], [10, 11]]], sequence_length=16, next_sentence=False)
     assert sorted(t for a, _, _ in pairs for t in a.tolist()) == [5, 6, 7, 8, 9, 10, 11]
+
+
+def test_a_single_document_corpus_warns_that_nsp_learns_nothing_and_how_to_fix_it():
+    with pytest.warns(UserWarning, match="one document") as record:
+        pairs, stats = build(make_corpus(1, 40, 2, 4), sequence_length=16)
+    assert pairs and stats.documents == 1 and stats.not_next == 0
+    [warning] = [w for w in record if "one document" in str(w.message)]
+    message = str(warning.message)
+    for fix in ("next_sentence=False", "--no-next-sentence", "document_boundary='blank_line'", "two or more documents"):
+        assert fix in message, fix
+
+
+def test_two_documents_or_masked_lm_only_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pairs, stats = build(make_corpus(2, 40, 2, 4), sequence_length=16)
+        assert stats.documents == 2 and stats.not_next > 0
+        # Empty documents do not count as a second one; without NSP one document is fine.
+        _, stats = build([[], *make_corpus(1, 40, 2, 4)], sequence_length=16, next_sentence=False)
+        assert stats.documents == 1 and stats.empty_documents == 1

@@ -1,12 +1,16 @@
 """kbert.export: numbered versions, written atomically, never over an existing one unless told."""
 
 import os
+import stat
+import subprocess
+import sys
+import time
 
 import pytest
 import tensorflow as tf
 
 import kbert
-from kbert.serving import exporter
+from kbert.serving import exporter, op_allowlist
 from tests.serving.conftest import tiny
 from tests.test_case import TINY_VOCABULARY
 
@@ -82,3 +86,74 @@ def test_the_text_pairs_a_classifier_reads_are_recorded_and_saved(tmp_path):
     assert kbert.load_model(str(tmp_path / "pairs.keras")).text_pairs is True
     signature = tf.saved_model.load(kbert.export(model, str(tmp_path / "nli"))).signatures["serving_default"]
     assert sorted(signature.structured_input_signature[1]) == ["text", "text_pair"]
+
+
+def test_an_export_with_ops_tf_serving_lacks_is_refused_before_it_goes_live(classifier, tmp_path, monkeypatch):
+    folder = tmp_path / "spam"
+    kbert.export(classifier, str(folder), version=1)
+    # An allowlist without the tokenizer's op, as for a model server that lacks it.
+    allowlist = tmp_path / "allowed_ops.txt"
+    served = sorted(op_allowlist.allowed_ops() - {"FastWordpieceTokenizeWithOffsets"})
+    allowlist.write_text("# Served by: an old model server\n" + "\n".join(served) + "\n")
+    monkeypatch.setattr(op_allowlist, "ALLOWLIST", allowlist)
+    with pytest.raises(ValueError, match=r"Did not export Classifier to .*spam.2: .*an old model server lacks.*"
+                                         r"\['FastWordpieceTokenizeWithOffsets'\]"):
+        kbert.export(classifier, str(folder))
+    with pytest.raises(ValueError, match="FastWordpieceTokenizeWithOffsets"):
+        kbert.export(classifier, str(folder), version=1, overwrite=True)
+    # No version 2, version 1 untouched, no hidden staging folder left.
+    assert sorted(os.listdir(folder)) == ["1"]
+    assert "serving_default" in tf.saved_model.load(str(folder / "1")).signatures
+
+
+def test_work_folders_of_killed_exports_are_cleaned_and_live_ones_kept(classifier, tmp_path):
+    folder = tmp_path / "spam"
+    folder.mkdir()
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+    dead = int(finished.stdout)
+    host = exporter._host()
+
+    def work_folder(name, age_s=0, files=("saved_model.pb",)):
+        path = folder / name
+        path.mkdir(parents=True)
+        for file in files:
+            (path / file).parent.mkdir(parents=True, exist_ok=True)
+            (path / file).write_bytes(b"half")
+        then = time.time() - age_s
+        os.utime(path, (then, then))
+        return path
+
+    day = exporter.STALE_AFTER_S
+    work_folder(f".5.partial-{host}-{dead}-abc1")                           # its writer is gone
+    work_folder(".6.partial-k3x9_q2m", age_s=day + 60)                      # unnamed writer, a day old
+    work_folder(f".7.partial-otherhost-{dead}-abc2", age_s=day + 60)        # another machine's, a day old
+    work_folder(f".2.old-{host}-{dead}-abc3", files=("saved_model/saved_model.pb",))  # version 2, moved aside
+    live = [
+        work_folder(f".8.partial-{host}-{os.getpid()}-abc4"),               # a running writer: this process
+        work_folder(f".9.partial-otherhost-{dead}-abc5", age_s=60),         # another machine's, recent
+        work_folder(".10.partial-k3x9_q2n", age_s=60),                       # unnamed writer, recent
+    ]
+    path = kbert.export(classifier, str(folder))
+    # Version 2, whose overwrite was killed before the new one arrived, is put back.
+    assert (folder / "2" / "saved_model.pb").read_bytes() == b"half"
+    assert path == str(folder / "3")
+    assert sorted(os.listdir(folder)) == sorted(["2", "3", *(p.name for p in live)])
+
+
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_the_version_follows_the_umask_so_a_server_of_another_user_can_read_it(classifier, tmp_path, umask,
+                                                                               folder_mode, file_mode):
+    old = os.umask(umask)
+    try:
+        path = kbert.export(classifier, str(tmp_path / "spam"))
+    finally:
+        os.umask(old)
+    modes = {path: stat.S_IMODE(os.stat(path).st_mode)}
+    for root, folders, files in os.walk(path):
+        for name in folders + files:
+            modes[os.path.join(root, name)] = stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode)
+    assert any(name.endswith("saved_model.pb") for name in modes)
+    for name, mode in modes.items():
+        expected = folder_mode if os.path.isdir(name) else file_mode
+        assert mode == expected, f"{name}: {oct(mode)}, expected {oct(expected)}"

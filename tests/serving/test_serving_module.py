@@ -220,26 +220,9 @@ def test_every_op_is_one_tf_serving_has(exported):
     for kind, (_, path) in exported.items():
         ops = kbert.serving.check_ops(path)
         assert "FastWordpieceTokenizeWithOffsets" in ops or kind == "embedder" and ops
+        # kbert trims pairs with core ops: older model servers, which link
+        # TF-Text 2.12.1, lack this op.
         assert "TFText>RoundRobinTrim" not in ops
-
-
-def test_the_allowlist_leaves_out_round_robin_trim():
-    allowed = kbert.serving.allowed_ops()
-    assert "TFText>RoundRobinTrim" not in allowed
-    assert {"FastWordpieceTokenizeWithOffsets", "RegexSplitWithOffsets", "NormalizeUTF8", "MatMul"} <= allowed
-
-
-def test_the_check_names_an_op_tf_serving_lacks(tmp_path):
-    import tensorflow_text as tf_text
-
-    module = tf.Module()
-    module.trim = tf.function(
-        lambda a, b: tf_text.RoundRobinTrimmer(4).trim([tf.RaggedTensor.from_tensor(a), tf.RaggedTensor.from_tensor(b)])[0].flat_values,
-        input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2,
-    )
-    tf.saved_model.save(module, str(tmp_path))
-    with pytest.raises(ValueError, match=r"lacks: \['TFText>RoundRobinTrim'\]"):
-        kbert.serving.check_ops(str(tmp_path))
 
 
 def test_the_vocabulary_is_an_asset_and_no_local_path_is_stored(exported):
