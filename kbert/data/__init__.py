@@ -1,13 +1,13 @@
 """Readers for the NLP data sets used by kbert's tests, tutorials and benchmarks.
 
 Files are looked up under `data_dir()` (`$KBERT_DATA`, or `shared/data` next
-to the repository), so everything works offline. `task_dataset` is the
-`tf.data` input pipeline of the task models.
+to the repository), so everything works offline. The readers are plain
+Python (importing them does not import TensorFlow); `task_dataset`, the
+`tf.data` input pipeline of the task models, loads TensorFlow when first used.
 """
 
 from kbert.data.conll import CONLL2003_LABELS, CONLL2003_SPLITS, load_conll2003, read_conll
 from kbert.data.glue import GLUE_SPLITS, GLUE_TASKS, load_glue
-from kbert.data.input_pipeline import task_dataset
 from kbert.data.paths import DataFormatError, data_dir, find_data_file
 from kbert.data.sick import SICK_LABEL_NAMES, SICK_SPLITS, load_sick
 from kbert.data.sms_spam import SMS_SPAM_LABEL_NAMES, load_sms_spam, split_sms_spam
@@ -41,3 +41,12 @@ __all__ = [
     "read_conll",
     "task_dataset",
 ]
+
+
+def __getattr__(name):
+    # The input pipeline is TensorFlow: imported when asked for, not with the readers.
+    if name == "task_dataset":
+        from kbert.data.input_pipeline import task_dataset
+
+        return task_dataset
+    raise AttributeError(f"module 'kbert.data' has no attribute {name!r}")
