@@ -5,9 +5,7 @@
 an entry point here.
 """
 
-import os
-
-from kbert.checkpoints.loading import KNOWN_CHECKPOINTS, load_pretrained
+from kbert.checkpoints.loading import UnknownCheckpointError, load_pretrained, resolve_checkpoint
 from kbert.models.classifier import Classifier
 from kbert.models.embedder import Embedder
 from kbert.models.encoder import Encoder
@@ -22,22 +20,28 @@ from kbert.presets import PRESETS
 def build_encoder_and_preprocessor(
     encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout=None
 ):
-    """Resolves `encoder` (preset name, checkpoint or `Encoder`) and its preprocessor.
+    """Resolves `encoder` (preset name, checkpoint, `Encoder` or keras-hub `BertBackbone`) and its preprocessor.
 
     A name that is not a preset is a pretrained checkpoint (a folder or a name
-    `kbert.load_pretrained` knows): it brings its own vocabulary and casing.
+    `kbert.load_pretrained` knows: Hugging Face and keras-hub names too): it
+    brings its own vocabulary and casing. A keras-hub (or keras-nlp)
+    `BertBackbone` becomes a `kbert.Encoder` with its weights.
     `dropout`, the task head's rate, is also the rate inside an encoder built
     here, unless `encoder_kwargs` sets its own (BERT uses one rate throughout).
     """
     encoder_kwargs = dict(encoder_kwargs)
     if dropout is not None and isinstance(encoder, str):
         encoder_kwargs.setdefault("dropout", dropout)
+    if _is_keras_hub_backbone(encoder):
+        encoder = Encoder.from_keras_hub(encoder)
     if isinstance(encoder, str) and encoder not in PRESETS:
-        if not os.path.exists(encoder) and encoder.lower() not in KNOWN_CHECKPOINTS:
+        # Found (or downloaded) first, so that a mistyped preset fails as one.
+        try:
+            checkpoint = resolve_checkpoint(encoder)
+        except UnknownCheckpointError as error:
             raise ValueError(
-                f"Unknown preset {encoder!r}: the presets are {list(PRESETS)}; a pretrained "
-                f"checkpoint is a folder or one of {sorted(KNOWN_CHECKPOINTS)}."
-            )
+                f"Unknown preset {encoder!r}: the presets are {list(PRESETS)}; and {error}"
+            ) from None
         if vocabulary is not None:
             raise ValueError(
                 f"The checkpoint {encoder!r} brings its own vocabulary; do not give `vocabulary`."
@@ -47,7 +51,7 @@ def build_encoder_and_preprocessor(
             raise ValueError(
                 f"A pretrained checkpoint's shape is fixed; {sorted(encoder_kwargs)} cannot change it."
             )
-        encoder, tokenizer = load_pretrained(encoder, dropout=dropout, dtype=dtype)
+        encoder, tokenizer = load_pretrained(checkpoint, dropout=dropout, dtype=dtype)
         dtype = None
         if preprocessor is None:
             if sequence_length > encoder.max_sequence_length:
@@ -78,14 +82,20 @@ def build_encoder_and_preprocessor(
         )
     elif not isinstance(encoder, Encoder):
         raise TypeError(
-            f"`encoder` must be a preset name, a checkpoint or a kbert.Encoder, got "
-            f"{type(encoder).__name__}."
+            f"`encoder` must be a preset name, a checkpoint, a kbert.Encoder or a keras-hub "
+            f"BertBackbone, got {type(encoder).__name__}."
         )
     elif encoder_kwargs or dtype is not None:
         raise ValueError(
             "Encoder arguments (dtype, dropout, ...) apply to presets; this encoder is built already."
         )
     return encoder, preprocessor
+
+
+def _is_keras_hub_backbone(encoder):
+    import keras_hub
+
+    return isinstance(encoder, keras_hub.models.BertBackbone)
 
 
 def classifier(
@@ -104,7 +114,9 @@ def classifier(
 
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, or a `kbert.Encoder` (e.g. pretrained).
+            freshly initialised, a pretrained checkpoint (folder or name, e.g.
+            `"bert-base-uncased"`, see `kbert.load_pretrained`), a
+            `kbert.Encoder`, or a keras-hub `BertBackbone`.
         num_classes: number of classes.
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
         sequence_length: tokens per example after packing; longer texts are
@@ -156,7 +168,8 @@ def question_answerer(
 
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`.
+            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
+            or a keras-hub `BertBackbone`.
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
         sequence_length: tokens per window, `[CLS] question [SEP] context [SEP]`.
         doc_stride: tokens between the starts of a long context's windows.
@@ -210,7 +223,8 @@ def tagger(
 
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`.
+            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
+            or a keras-hub `BertBackbone`.
         labels: the tag strings, in id order, e.g.
             `kbert.data.CONLL2003_LABELS`.
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
@@ -260,7 +274,8 @@ def multiple_choice(
 
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`.
+            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
+            or a keras-hub `BertBackbone`.
         num_choices: choices per question, the same for all.
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
         sequence_length: tokens per packed `[CLS] context [SEP] choice [SEP]`;
@@ -303,8 +318,8 @@ def embedder(
 
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, or a `kbert.Encoder`
-            (e.g. pretrained or fine-tuned).
+            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`
+            (e.g. pretrained or fine-tuned), or a keras-hub `BertBackbone`.
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
         pooling: `"mean"` (average of the token vectors, padding excluded),
             `"cls"` (the `[CLS]` vector) or `"pooled"` (the tanh pooler's).

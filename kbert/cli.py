@@ -135,6 +135,7 @@ def _train(args):
         batch_size=args.batch_size, sequence_length=args.sequence_length,
         learning_rate=args.learning_rate, max_examples=args.max_examples,
         max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
+        source=args.source,
     )
     _print_metrics(result)
     print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
@@ -149,7 +150,8 @@ def _evaluate(args):
     from kbert.fine_tuning import evaluate_task
 
     model = kbert.load_model(args.model)
-    result = evaluate_task(model, args.task, split=args.split, max_examples=args.max_examples)
+    result = evaluate_task(model, args.task, split=args.split, max_examples=args.max_examples,
+                           source=args.source)
     _print_metrics(result)
     if args.out:
         write_atomically(args.out, lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
@@ -267,13 +269,15 @@ def build_parser():
     fill_mask.add_argument("--top-k", type=int, default=5)
     fill_mask.set_defaults(run=_fill_mask)
 
+    from kbert.data.tfds_source import SOURCES
     from kbert.fine_tuning import RECIPES
 
     train = commands.add_parser("train", help="fine-tune on a task's data set, evaluate, save")
     train.add_argument("task", choices=sorted(RECIPES))
     train.add_argument("--encoder", default="tiny",
-                       help="a preset (tiny ... large), a checkpoint folder or name "
-                            "(all-minilm-l6-v2), a `kbert pretrain` run folder, or a .keras file")
+                       help="a preset (tiny ... large), a checkpoint folder or name (all-minilm-l6-v2, "
+                            "a Hugging Face id such as bert-base-uncased, a keras-hub preset such as "
+                            "bert_base_en_uncased), a `kbert pretrain` run folder, or a .keras file")
     train.add_argument("--vocabulary", help="vocab.txt for a preset or .keras encoder "
                                             "(default for presets: bert-base-uncased's)")
     train.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
@@ -286,6 +290,9 @@ def build_parser():
                        help="fine-tune on a seeded random subset of this many training examples")
     train.add_argument("--max-eval-examples", type=int, default=None)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--source", choices=SOURCES, default="local",
+                       help="local: the canonical files (offline); tfds: TensorFlow Datasets "
+                            "(sst2, rte, mrpc, squad, conll2003; downloaded once)")
     train.add_argument("--quiet", action="store_true", help="one line per epoch")
     train.set_defaults(run=_train)
 
@@ -294,6 +301,8 @@ def build_parser():
     evaluate.add_argument("--task", required=True, choices=sorted(RECIPES))
     evaluate.add_argument("--split", default=None, help="default: the task's evaluation split")
     evaluate.add_argument("--max-examples", type=int, default=None)
+    evaluate.add_argument("--source", choices=SOURCES, default="local",
+                          help="where the data comes from, as for `kbert train`")
     evaluate.add_argument("--out", help="write the metrics to this JSON file")
     evaluate.set_defaults(run=_evaluate)
 

@@ -69,13 +69,30 @@ def recipe(name):
     raise ValueError(f"Unknown task {name!r}; the tasks are {sorted(RECIPES)}.")
 
 
-def load_split(task, split):
-    """`(x, y)` of one split: texts or pairs and label ids; SQuAD records and None; words and tags."""
+# The tasks whose data TensorFlow Datasets also has (`load_split(..., source="tfds")`).
+TFDS_TASKS = ("sst2", "rte", "mrpc", "squad", "conll2003")
+
+
+def load_split(task, split, source="local"):
+    """`(x, y)` of one split: texts or pairs and label ids; SQuAD records and None; words and tags.
+
+    `source="tfds"` reads GLUE, SQuAD and CoNLL-2003 from TensorFlow Datasets;
+    SQuAD then trains on SQuAD v1.1 train and evaluates on its dev set ("eval")
+    rather than on the two article ranges of dev.
+    """
     from kbert import data
 
     name, info = recipe(task)
     if split not in info.splits:
         raise ValueError(f"Task {name!r} has the splits {list(info.splits)}, not {split!r}.")
+    if data.tfds_source.check_source(source) == "tfds":
+        if name not in TFDS_TASKS:
+            raise ValueError(f"Task {name!r} has no TFDS source; the tasks with one are {list(TFDS_TASKS)}.")
+        if name == "squad":
+            return data.load_squad(source="tfds", split="train" if split == "train" else "dev"), None
+        if name == "conll2003":
+            return data.load_conll2003(split, source="tfds")
+        return data.load_glue(name, split, source="tfds")
     if name in ("sst2", "rte", "mrpc"):
         return data.load_glue(name, split)
     if name == "sms_spam":
@@ -124,14 +141,15 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
     return model
 
 
-def evaluate_task(model, task, split=None, max_examples=None, batch_size=None):
+def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, source="local"):
     """The task's metrics of a fitted model on one split (default: the task's evaluation split)."""
     name, info = recipe(task)
     split = split or info.eval_split
-    x, y = take(*load_split(name, split), max_examples)
+    x, y = take(*load_split(name, split, source), max_examples)
     arguments = dict(info.report_arguments)
     report = model.evaluate_report(x, y, batch_size=batch_size, **arguments)
-    return {"task": name, "split": split, "examples": len(y) if y is not None else len(x), **report}
+    return {"task": name, "split": split, "source": source,
+            "examples": len(y) if y is not None else len(x), **report}
 
 
 def resolve_encoder(encoder, vocabulary=None):
@@ -168,8 +186,12 @@ def resolve_encoder(encoder, vocabulary=None):
 
 
 def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequence_length=None,
-              learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1):
+              learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1,
+              source="local"):
     """Fine-tunes on a task's training split, evaluates, and writes a run folder.
+
+    `source` is where the data comes from: "local" (the canonical files) or
+    "tfds" (TensorFlow Datasets; see `load_split`).
 
     `out` gets `model.keras` (the fitted model, written atomically),
     `metrics.json` (the evaluation split's metrics, the settings, examples
@@ -187,14 +209,15 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     os.makedirs(out, exist_ok=True)
     settings = {"task": name, "encoder": str(encoder), "epochs": epochs, "batch_size": batch_size,
                 "sequence_length": sequence_length or info.sequence_length,
-                "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
+                "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed,
+                "source": source}
     keras.utils.set_random_seed(seed)
     encoder, vocabulary = resolve_encoder(encoder, vocabulary)
     model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate)
     schedule = getattr(model.optimizer, "_learning_rate", None)
     # The rate used, also when it is the model's default for the encoder width.
     settings["learning_rate"] = getattr(schedule, "peak_learning_rate", learning_rate)
-    x, y = take(*load_split(name, info.splits[0]), max_examples, seed)
+    x, y = take(*load_split(name, info.splits[0], source), max_examples, seed)
     callbacks = [
         kbert.callbacks.LearningRateLogger(),
         kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50),
@@ -203,7 +226,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     history = model.fit(x, y, epochs=epochs, batch_size=batch_size, callbacks=callbacks, verbose=verbose)
     seconds = time.time() - start
     write_atomically(os.path.join(out, "model.keras"), model.save)
-    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)
+    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size,
+                            source=source)
     result = {
         **metrics,
         "train_examples": len(y) if y is not None else len(x),

@@ -8,11 +8,17 @@ A group runs whole on one worker, so a fixture is built once per group:
 - any other module is one group, so its module fixtures are built once.
 """
 
+import os
+
 import pytest
+
+# Tests never reach the Hugging Face Hub: names resolve from the cache only.
+# Set before `import kbert`, which imports huggingface_hub (it reads this once).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # Before any test module imports TensorFlow: the tests run with the settings
 # `import kbert` gives users (TensorFlow's oneDNN kernels on).
-import kbert  # noqa: F401
+import kbert  # noqa: E402, F401
 
 FOLDER_GROUPS = ("serving", "checkpoints")
 

@@ -34,7 +34,8 @@ def test_preset_arguments_override_the_preset():
     [
         ({"encoder": "tiny"}, ValueError, "Give a `vocabulary`"),
         ({"encoder": "gigantic", "vocabulary": TINY_VOCABULARY}, ValueError, "Unknown preset 'gigantic'"),
-        ({"encoder": 3, "vocabulary": TINY_VOCABULARY}, TypeError, "a preset name, a checkpoint or a kbert.Encoder"),
+        ({"encoder": 3, "vocabulary": TINY_VOCABULARY}, TypeError,
+         "a preset name, a checkpoint, a kbert.Encoder or a keras-hub BertBackbone"),
         ({"encoder": "tiny", "vocabulary": TINY_VOCABULARY[1:]}, ValueError, r"lacks the special tokens \['\[PAD\]'\]"),
     ],
 )

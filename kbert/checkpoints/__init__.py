@@ -1,17 +1,33 @@
-"""Published BERT checkpoints: load them into kbert, save kbert encoders for others."""
+"""Published BERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions."""
 
+from kbert.checkpoints.keras_hub_models import (
+    encoder_from_keras_hub,
+    encoder_to_keras_hub,
+    tokenizer_from_keras_hub,
+    tokenizer_to_keras_hub,
+)
 from kbert.checkpoints.loading import (
+    HUB_FILES,
     KNOWN_CHECKPOINTS,
+    UnknownCheckpointError,
     checkpoint_format,
+    keras_hub_bert_presets,
     load_pretrained,
     resolve_checkpoint,
     save_pretrained,
 )
 
 __all__ = [
+    "HUB_FILES",
     "KNOWN_CHECKPOINTS",
+    "UnknownCheckpointError",
     "checkpoint_format",
+    "encoder_from_keras_hub",
+    "encoder_to_keras_hub",
+    "keras_hub_bert_presets",
     "load_pretrained",
     "resolve_checkpoint",
     "save_pretrained",
+    "tokenizer_from_keras_hub",
+    "tokenizer_to_keras_hub",
 ]

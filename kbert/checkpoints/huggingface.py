@@ -94,6 +94,7 @@ def read_huggingface_folder(folder):
     # Some exports prefix every name with the model type ("bert.embeddings...").
     if tensors and all(name.startswith("bert.") or name.startswith("cls.") for name in tensors):
         tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
+    tensors = {_current_name(name): value for name, value in tensors.items()}
     vocabulary_path = os.path.join(folder, VOCABULARY_FILE)
     if not os.path.exists(vocabulary_path):
         raise FileNotFoundError(f"{folder} has no {VOCABULARY_FILE}.")
@@ -103,6 +104,18 @@ def read_huggingface_folder(folder):
         with open(tokenizer_config_path, encoding="utf-8") as f:
             lowercase = json.load(f).get("do_lower_case")
     return arguments, tensors, vocabulary_path, lowercase
+
+
+def _current_name(name):
+    """A tensor's name with LayerNorm's `gamma`/`beta` as today's `weight`/`bias`.
+
+    The original bert-base-* uploads (their `model.safetensors` included)
+    still use the older names, which transformers renames as it loads.
+    """
+    for old, new in ((".LayerNorm.gamma", ".LayerNorm.weight"), (".LayerNorm.beta", ".LayerNorm.bias")):
+        if name.endswith(old):
+            return name[: -len(old)] + new
+    return name
 
 
 def write_huggingface_folder(folder, encoder, tensors, vocabulary, lowercase):

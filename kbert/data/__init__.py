@@ -1,9 +1,11 @@
 """Readers for the NLP data sets used by kbert's tests, tutorials and benchmarks.
 
 Files are looked up under `data_dir()` (`$KBERT_DATA`, or `shared/data` next
-to the repository), so everything works offline. The readers are plain
-Python (importing them does not import TensorFlow); `task_dataset`, the
-`tf.data` input pipeline of the task models, loads TensorFlow when first used.
+to the repository), so everything works offline. GLUE, SQuAD v1.1 and
+CoNLL-2003 can also come from TensorFlow Datasets (`source="tfds"`), in the
+same structures. The readers are plain Python (importing them does not
+import TensorFlow); `task_dataset`, the `tf.data` input pipeline of the task
+models, loads TensorFlow when first used.
 """
 
 from kbert.data.conll import CONLL2003_LABELS, CONLL2003_SPLITS, load_conll2003, read_conll
@@ -17,6 +19,7 @@ from kbert.data.squad import (
     load_squad,
     squad_article_split,
 )
+from kbert.data.tfds_source import SOURCES
 
 __all__ = [
     "CONLL2003_LABELS",
@@ -26,6 +29,7 @@ __all__ = [
     "SICK_LABEL_NAMES",
     "SICK_SPLITS",
     "SMS_SPAM_LABEL_NAMES",
+    "SOURCES",
     "SQUAD_EVAL_ARTICLES",
     "SQUAD_TRAIN_ARTICLES",
     "DataFormatError",

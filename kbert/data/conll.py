@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+from kbert.data.tfds_source import check_source, class_names, describe, tfds_examples
 
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 CONLL2003_SPLITS = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
@@ -14,20 +15,27 @@ CONLL2003_SOURCE = DataSource(
     url="https://www.clips.uantwerpen.be/conll2003/ner/", automatic=False
 )
 DOCUMENT_START = "-DOCSTART-"
+CONLL2003_TFDS_NAME = "conll2003"
 
 
-def load_conll2003(split, path=None):
-    """Loads one split of CoNLL-2003 English NER, with tags in IOB2.
+def load_conll2003(split, path=None, source="local"):
+    """Loads one split of CoNLL-2003 English NER, with tags in IOB2, from its file or from TFDS.
 
     The files use IOB1, where an entity may start with `I-`; the tags are
     converted to IOB2, where every entity starts with `B-`. Tags are strings
     from `CONLL2003_LABELS`.
+
+    With `source="tfds"` the split comes from TensorFlow Datasets'
+    `conll2003` (same split names), downloaded on first use: its `tokens`
+    and its `ner` tag ids, turned into tag strings by TFDS's tag names and
+    converted to IOB2 the same way, in TFDS's sentence order.
 
     Args:
         split: `"train"` (eng.train), `"dev"` (eng.testa) or `"test"`
             (eng.testb).
         path: the file to read. Defaults to `conll2003/<file>` under
             `data_dir()`.
+        source: "local" (the files, offline) or "tfds".
 
     Returns:
         `(sentences, tags)`: parallel lists with one list of words and one
@@ -41,13 +49,17 @@ def load_conll2003(split, path=None):
     [('EU', 'B-ORG'), ('rejects', 'O'), ('German', 'B-MISC')]
 
     Raises:
-        ValueError: unknown split.
+        ValueError: unknown split or source.
         DataFormatError: a malformed line; the message names file and line.
     """
     if split not in CONLL2003_SPLITS:
         raise ValueError(
             f"Unknown CoNLL-2003 split {split!r}. Choose one of: {', '.join(CONLL2003_SPLITS)}."
         )
+    if check_source(source) == "tfds":
+        if path is not None:
+            raise ValueError("Give a `path` to read or source='tfds', not both.")
+        return _load_conll2003_tfds(split)
     if path is None:
         path = find_data_file(f"conll2003/{CONLL2003_SPLITS[split]}", CONLL2003_SOURCE)
     return read_conll(path, scheme="iob1", labels=CONLL2003_LABELS, num_columns=4)
@@ -141,6 +153,34 @@ def read_conll(path, scheme="iob1", labels=None, num_columns=4):
         words.append(word)
         sentence_tags.append(tag)
     end_sentence()
+    return sentences, tags
+
+
+def _load_conll2003_tfds(split):
+    """A CoNLL-2003 split from TensorFlow Datasets, in the structure of the file reader."""
+    where = describe(CONLL2003_TFDS_NAME, split)
+    examples, info = tfds_examples(CONLL2003_TFDS_NAME, split)
+    names = class_names(info, "ner")
+    unknown = sorted(set(names) - set(CONLL2003_LABELS))
+    if unknown:
+        raise DataFormatError(where, None, f"unknown NER tags {unknown}, expected {CONLL2003_LABELS}")
+    sentences, tags = [], []
+    for number, example in enumerate(examples):
+        words, ids = example["tokens"], example["ner"]
+        if len(words) != len(ids):
+            problem = f"sentence {number} has {len(words)} tokens but {len(ids)} NER tags"
+            raise DataFormatError(where, None, problem)
+        if not words:
+            continue
+        sentence_tags = []
+        for tag in (names[i] for i in ids):
+            # The same IOB1 -> IOB2 repair as the files get; IOB2 tags pass unchanged.
+            prefix, entity_type = _split_tag(tag)
+            if prefix == "I" and not _continues(sentence_tags, entity_type):
+                tag = f"B-{entity_type}"
+            sentence_tags.append(tag)
+        sentences.append(list(words))
+        tags.append(sentence_tags)
     return sentences, tags
 
 

@@ -4,8 +4,11 @@ import dataclasses
 from pathlib import Path
 
 from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+from kbert.data.tfds_source import check_source, class_names, describe, tfds_examples
 
 GLUE_SPLITS = ("train", "dev", "test")
+# kbert's split names -> TensorFlow Datasets'.
+GLUE_TFDS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -13,7 +16,9 @@ class GlueTask:
     """How one GLUE task's files are laid out.
 
     Columns are named as in the file headers; the test split has no label
-    column and its own header.
+    column and its own header. The `tfds_*` fields say where the same data
+    is in TensorFlow Datasets: the text features, and TFDS's label names in
+    the order of `label_names`.
     """
 
     folder: str
@@ -24,6 +29,9 @@ class GlueTask:
     label_values: tuple  # Raw label strings, in the order of `label_names`.
     label_names: tuple
     source_url: str
+    tfds_name: str
+    tfds_text_features: tuple
+    tfds_label_names: tuple
     downloadable: bool = True
 
     @property
@@ -41,6 +49,9 @@ GLUE_TASKS = {
         label_values=("0", "1"),
         label_names=("negative", "positive"),
         source_url="https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
+        tfds_name="glue/sst2",
+        tfds_text_features=("sentence",),
+        tfds_label_names=("negative", "positive"),
     ),
     "rte": GlueTask(
         folder="RTE",
@@ -51,6 +62,9 @@ GLUE_TASKS = {
         label_values=("entailment", "not_entailment"),
         label_names=("entailment", "not_entailment"),
         source_url="https://dl.fbaipublicfiles.com/glue/data/RTE.zip",
+        tfds_name="glue/rte",
+        tfds_text_features=("sentence1", "sentence2"),
+        tfds_label_names=("entailment", "not_entailment"),
     ),
     "mrpc": GlueTask(
         folder="MRPC",
@@ -62,6 +76,9 @@ GLUE_TASKS = {
         label_names=("not_paraphrase", "paraphrase"),
         # GLUE builds the MRPC TSVs from Microsoft's installer; no zip to fetch.
         source_url="https://gluebenchmark.com/tasks",
+        tfds_name="glue/mrpc",
+        tfds_text_features=("sentence1", "sentence2"),
+        tfds_label_names=("not_equivalent", "equivalent"),
         downloadable=False,
     ),
 }
@@ -76,18 +93,25 @@ def get_glue_task(task):
     return GLUE_TASKS[key]
 
 
-def load_glue(task, split, path=None):
-    """Loads one split of a GLUE task.
+def load_glue(task, split, path=None, source="local"):
+    """Loads one split of a GLUE task, from its TSV file or from TensorFlow Datasets.
 
     Texts have their surrounding whitespace stripped (GLUE ends each SST-2
     sentence with a space). Labels are ints indexing the task's
     `label_names`, or None for the test split, whose labels GLUE withholds.
+
+    With `source="tfds"` the split comes from TensorFlow Datasets
+    (`glue/sst2`, `glue/rte`, `glue/mrpc`; "dev" is TFDS's "validation"),
+    downloaded on first use: texts and labels come out as from the files,
+    TFDS's label ids mapped to kbert's by name (MRPC's "equivalent" is
+    "paraphrase"), in GLUE's row order (TFDS's `idx`).
 
     Args:
         task: "sst2", "rte" or "mrpc" (case-insensitive; "SST-2" also works).
         split: "train", "dev" or "test".
         path: the TSV file to read. Defaults to `glue/<TASK>/<split>.tsv`
             under `data_dir()`.
+        source: "local" (the TSV files, offline) or "tfds".
 
     Returns:
         `(texts, labels)` for SST-2; `((texts_a, texts_b), labels)` for the
@@ -100,12 +124,17 @@ def load_glue(task, split, path=None):
     >>> (premises, hypotheses), labels = load_glue("rte", "dev")
 
     Raises:
-        ValueError: unknown task or split.
-        DataFormatError: the header or a row is malformed.
+        ValueError: unknown task, split or source.
+        DataFormatError: the header or a row is malformed, or a TFDS train
+            or dev example has no label.
     """
     info = get_glue_task(task)
     if split not in GLUE_SPLITS:
         raise ValueError(f"Unknown GLUE split {split!r}. Choose one of: {', '.join(GLUE_SPLITS)}.")
+    if check_source(source) == "tfds":
+        if path is not None:
+            raise ValueError("Give a `path` to read or source='tfds', not both.")
+        return _load_glue_tfds(info, split)
     if path is None:
         member = f"{info.folder}/{split}.tsv"
         source = DataSource(info.source_url, member, automatic=info.downloadable)
@@ -141,5 +170,33 @@ def load_glue(task, split, path=None):
                 raise DataFormatError(path, line_number, problem, line)
             labels.append(info.label_values.index(label))
 
+    texts = tuple(columns) if info.is_pair else columns[0]
+    return texts, labels
+
+
+def _load_glue_tfds(info, split):
+    """A GLUE split from TensorFlow Datasets, in the structure of the TSV reader."""
+    tfds_split = GLUE_TFDS_SPLITS[split]
+    where = describe(info.tfds_name, tfds_split)
+    examples, dataset_info = tfds_examples(info.tfds_name, tfds_split)
+    theirs = class_names(dataset_info, "label")
+    if sorted(theirs) != sorted(info.tfds_label_names):
+        raise ValueError(
+            f"{where} has the labels {theirs}; kbert maps {list(info.tfds_label_names)} to "
+            f"{list(info.label_names)}."
+        )
+    # TFDS id -> kbert id, matched by name so that a reordering in TFDS cannot swap classes.
+    ours = [info.tfds_label_names.index(name) for name in theirs]
+    # TFDS shuffles examples when it prepares a split; `idx` is the row in GLUE's file.
+    examples.sort(key=lambda example: example["idx"])
+    columns = [[example[name].strip() for example in examples] for name in info.tfds_text_features]
+    labels = None
+    if split != "test":  # GLUE withholds test labels (TFDS stores -1)
+        unlabelled = [example["idx"] for example in examples if example["label"] < 0]
+        if unlabelled:
+            raise DataFormatError(
+                where, None, f"{len(unlabelled)} examples have no label (-1), e.g. idx {unlabelled[:3]}"
+            )
+        labels = [ours[example["label"]] for example in examples]
     texts = tuple(columns) if info.is_pair else columns[0]
     return texts, labels

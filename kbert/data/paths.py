@@ -17,13 +17,15 @@ class DataFormatError(ValueError):
     """A data file does not have the expected format.
 
     The message names the file, the 1-based line number and the line itself,
-    so the problem can be found with an editor.
+    so the problem can be found with an editor. Data that comes from no file
+    (a TensorFlow Datasets split) has `line_number` None and is named as is.
     """
 
     def __init__(self, path, line_number, problem, line=None):
-        self.path = Path(path)
+        self.path = Path(path) if line_number is not None else path
         self.line_number = line_number
-        message = f"{self.path}, line {line_number}: {problem}"
+        where = self.path if line_number is None else f"{self.path}, line {line_number}"
+        message = f"{where}: {problem}"
         if line is not None:
             message += f": {_shorten(line)}"
         super().__init__(message)

@@ -5,6 +5,7 @@ import warnings
 from pathlib import Path
 
 from kbert.data.paths import DataFormatError, DataSource, find_data_file
+from kbert.data.tfds_source import check_source, describe, tfds_examples
 
 SQUAD_DEV_FILE = "squad/dev-v1.1.json"
 SQUAD_DEV_SOURCE = DataSource(url="https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v1.1.json")
@@ -13,6 +14,9 @@ SQUAD_DEV_SOURCE = DataSource(url="https://rajpurkar.github.io/SQuAD-explorer/da
 # split it by article: questions about one article never reach both sides.
 SQUAD_TRAIN_ARTICLES = range(0, 38)
 SQUAD_EVAL_ARTICLES = range(38, 48)
+SQUAD_TFDS_NAME = "squad/v1.1"
+# kbert's split names -> TensorFlow Datasets'.
+SQUAD_TFDS_SPLITS = {"train": "train", "dev": "validation"}
 
 
 def squad_article_split():
@@ -31,8 +35,8 @@ def squad_article_split():
     return SQUAD_TRAIN_ARTICLES, SQUAD_EVAL_ARTICLES
 
 
-def load_squad(path=None, articles=None, strict=True):
-    """Loads the questions of a SQuAD v1.1 or v2.0 JSON file, in file order.
+def load_squad(path=None, articles=None, strict=True, source="local", split=None):
+    """Loads the questions of a SQuAD v1.1 or v2.0 JSON file, in file order, or of TFDS's SQuAD v1.1.
 
     Each question becomes a dict:
 
@@ -51,13 +55,21 @@ def load_squad(path=None, articles=None, strict=True):
     answers are skipped instead, a question left without an answer is
     dropped, and a warning says how many of each.
 
+    With `source="tfds"` the questions come from TensorFlow Datasets'
+    `squad/v1.1` (its "train" split, or "validation" for `split="dev"`),
+    downloaded on first use, as the same dicts, checked the same way. TFDS
+    keeps no article order, so articles are numbered in the order their
+    questions first come, and their questions follow each other.
+
     Args:
         path: the JSON file. Defaults to `squad/dev-v1.1.json` under
             `data_dir()`, the only SQuAD file available offline.
         articles: indices of the articles to read (e.g. `range(0, 38)`, see
-            `squad_article_split`); default all.
+            `squad_article_split`); default all. Local files only.
         strict: raise on an answer that does not match its context, rather
             than skip it.
+        source: "local" (a JSON file, offline) or "tfds".
+        split: with `source="tfds"`, "train" or "dev" (the default).
 
     Returns:
         A list of question dicts.
@@ -70,8 +82,18 @@ def load_squad(path=None, articles=None, strict=True):
     Raises:
         DataFormatError: the file is not SQuAD JSON, or (with `strict`) an
             answer does not match its context.
-        ValueError: an article index outside the file.
+        ValueError: an article index outside the file; an unknown source or
+            split.
     """
+    if check_source(source) == "tfds":
+        if path is not None or articles is not None:
+            raise ValueError("`path` and `articles` select from a local file; source='tfds' takes a `split`.")
+        return _load_squad_tfds("dev" if split is None else split, strict)
+    if split is not None:
+        raise ValueError(
+            "`split` selects a TFDS split (source='tfds'); the local source reads `path` "
+            f"(default {SQUAD_DEV_FILE}, SQuAD v1.1 dev)."
+        )
     if path is None:
         path = find_data_file(SQUAD_DEV_FILE, SQUAD_DEV_SOURCE)
     path = Path(path)
@@ -107,6 +129,43 @@ def load_squad(path=None, articles=None, strict=True):
     return records
 
 
+def _load_squad_tfds(split, strict):
+    """SQuAD v1.1 questions from TensorFlow Datasets, checked and shaped like a JSON file's."""
+    if split not in SQUAD_TFDS_SPLITS:
+        raise ValueError(f"Unknown SQuAD split {split!r}. Choose one of: {', '.join(SQUAD_TFDS_SPLITS)}.")
+    tfds_split = SQUAD_TFDS_SPLITS[split]
+    examples, _ = tfds_examples(SQUAD_TFDS_NAME, tfds_split)
+    # Regroup the flat examples as the JSON's articles and paragraphs, so that
+    # the file reader's checks (ids, answers against contexts) apply unchanged.
+    where = describe(SQUAD_TFDS_NAME, tfds_split)
+    articles = {}
+    for example in examples:
+        paragraphs = articles.setdefault(example["title"], {})
+        answers = example["answers"]
+        if len(answers["text"]) != len(answers["answer_start"]):
+            raise DataFormatError(
+                where, None, f"question {example['id']!r} has {len(answers['text'])} answer texts "
+                f"but {len(answers['answer_start'])} answer starts"
+            )
+        paragraphs.setdefault(example["context"], []).append({
+            "id": example["id"],
+            "question": example["question"],
+            "answers": [
+                {"text": text, "answer_start": start}
+                for text, start in zip(answers["text"], answers["answer_start"])
+            ],
+        })
+    reader = _SquadReader(where, None, strict)
+    records = []
+    for index, (title, paragraphs) in enumerate(articles.items()):
+        article = {"title": title, "paragraphs": [
+            {"context": context, "qas": questions} for context, questions in paragraphs.items()
+        ]}
+        records.extend(reader.read_article(index, article))
+    reader.report()
+    return records
+
+
 class _SquadReader:
     """Checks and converts articles, keeping the counts of what it skipped."""
 
@@ -123,7 +182,9 @@ class _SquadReader:
         raise DataFormatError(self.path, self._line_of(needle), problem)
 
     def _line_of(self, needle):
-        """The line of the file where `needle` (a JSON value) first appears, else 1."""
+        """The line of the file where `needle` (a JSON value) first appears, else 1; None without a file."""
+        if self.text is None:
+            return None
         position = self.text.find(json.dumps(needle, ensure_ascii=False)) if needle is not None else -1
         if position < 0 and needle is not None:
             position = self.text.find(json.dumps(needle))

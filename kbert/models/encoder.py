@@ -187,6 +187,38 @@ class Encoder(keras.Model):
         config.update(kwargs)
         return cls(vocabulary_size=vocabulary_size, **config)
 
+    @classmethod
+    def from_keras_hub(cls, backbone, dropout=None, dtype=None):
+        """An encoder with the shape and weights of a keras-hub (or keras-nlp) `BertBackbone`.
+
+        kbert computes the exact GELU where `BertBackbone` uses its tanh
+        approximation; with the same weights, outputs differ by about 1e-5
+        to 1e-4. `dropout` and `dtype` default to the backbone's.
+
+        Example:
+        >>> backbone = keras_hub.models.BertBackbone(vocabulary_size=50, num_layers=1,
+        ...     num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=16)
+        >>> encoder = kbert.Encoder.from_keras_hub(backbone)
+        >>> encoder.num_layers, encoder.hidden_dim
+        (1, 8)
+        """
+        from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub
+
+        return encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype)
+
+    def to_keras_hub(self):
+        """A keras-hub `BertBackbone` with this encoder's shape, dropout, dtype and weights.
+
+        Example:
+        >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=50, num_layers=1)
+        >>> backbone = encoder.to_keras_hub()
+        >>> type(backbone).__name__, backbone.num_layers
+        ('BertBackbone', 1)
+        """
+        from kbert.checkpoints.keras_hub_models import encoder_to_keras_hub
+
+        return encoder_to_keras_hub(self)
+
     def get_config(self):
         return {
             "name": self.name,
