@@ -45,6 +45,14 @@ def _write_lines_atomically(path, lines):
     write_atomically(str(path), write)
 
 
+# Sentences whose [MASK] guesses `kbert pretrain` shows in TensorBoard's Text tab.
+PRETRAIN_FILL_MASK_SENTENCES = (
+    "paris is the [MASK] of france .",
+    "he went to the [MASK] to buy some bread .",
+    "she was very [MASK] to see him again .",
+)
+
+
 def _pretrain(args):
     from pathlib import Path
 
@@ -73,8 +81,12 @@ def _pretrain(args):
     pretrainer.compile(learning_rate=args.learning_rate)
     if args.steps_per_epoch:
         data = data.repeat()
-    pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                   callbacks=kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every),
+    callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
+    callbacks.append(kbert.callbacks.FillMaskLogger(
+        str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=not args.cased,
+        every=100,
+    ))
+    pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
                    verbose=2 if args.quiet else 1)
     model_path = out_dir / "pretrainer.keras"
     write_atomically(str(model_path), pretrainer.save)

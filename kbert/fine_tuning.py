@@ -15,6 +15,9 @@ squad       SQuAD v1.1 dev, articles   question        articles      EM, F1
             0-37 / 38-47               answerer        38-47
 conll2003   CoNLL-2003 English NER     tagger          test (testb)  entity F1
 ==========  =========================  ==============  ============  =====================
+
+`fine_tune` validates each epoch on the dev split: the evaluation split,
+except for SICK (its trial split) and CoNLL-2003 (its dev split).
 """
 
 import json
@@ -39,12 +42,19 @@ class Recipe:
     sequence_length: int
     builder_arguments: tuple = ()  # (name, value) pairs for the builder
     report_arguments: tuple = ()  # (name, value) pairs for `evaluate_report`
+    validation_split: str = None  # the split `fit` validates on each epoch; default `eval_split`
+
+    @property
+    def fit_validation_split(self):
+        """The split whose loss and metrics `fine_tune` draws each epoch: the dev split if any."""
+        return self.validation_split or self.eval_split
 
 
-def _classification(splits, eval_split, metric, sequence_length, class_names, positive_class=1):
+def _classification(splits, eval_split, metric, sequence_length, class_names, positive_class=1,
+                    validation_split=None):
     return Recipe("classifier", splits, eval_split, metric, sequence_length,
                   (("num_classes", len(class_names)), ("class_names", list(class_names))),
-                  (("positive_class", positive_class),))
+                  (("positive_class", positive_class),), validation_split)
 
 
 RECIPES = {
@@ -53,10 +63,11 @@ RECIPES = {
     "rte": _classification(("train", "dev"), "dev", "accuracy", 128,
                            ("entailment", "not_entailment"), positive_class=0),
     "mrpc": _classification(("train", "dev"), "dev", "f1", 128, ("not_paraphrase", "paraphrase")),
+    # SICK's trial split is its dev split.
     "sick": _classification(("train", "trial", "test"), "test", "accuracy", 64,
-                            ("entailment", "neutral", "contradiction")),
+                            ("entailment", "neutral", "contradiction"), validation_split="trial"),
     "squad": Recipe("question_answerer", ("train", "eval"), "eval", "f1", 384),
-    "conll2003": Recipe("tagger", ("train", "dev", "test"), "test", "f1", 128),
+    "conll2003": Recipe("tagger", ("train", "dev", "test"), "test", "f1", 128, validation_split="dev"),
 }
 
 
@@ -191,11 +202,22 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     """Fine-tunes on a task's training split, evaluates, and writes a run folder.
 
     `source` is where the data comes from: "local" (the canonical files) or
-    "tfds" (TensorFlow Datasets; see `load_split`).
+    "tfds" (TensorFlow Datasets; see `load_split`). `fit` validates on the task's dev split (`Recipe.fit_validation_split`:
+    the evaluation split, or SICK's trial and CoNLL-2003's dev split), on the
+    same seeded subset of `max_eval_examples` that the evaluation takes.
 
     `out` gets `model.keras` (the fitted model, written atomically),
     `metrics.json` (the evaluation split's metrics, the settings, examples
-    seen and wall time) and `tensorboard/` (losses, metrics, learning rate).
+    seen and wall time) and `tensorboard/`:
+
+    - `train/` and `validation/`: the loss, the metrics and the learning
+      rate per epoch (`epoch_*`), and every 50 steps (`batch_*`);
+    - for classifiers, `validation/` also gets the confusion matrix of each
+      epoch (an image), per-class precision, recall and F1 and a report
+      table (`kbert.callbacks.ConfusionMatrixLogger`);
+    - `hparams/`: the settings, the final epoch's logs and the evaluation
+      split's scores (`dev_accuracy`, `test_f1`, ...) for TensorBoard's
+      HParams dashboard (`kbert.callbacks.HParamsLogger`).
 
     Returns:
         The dict written to `metrics.json`.
@@ -218,21 +240,37 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     # The rate used, also when it is the model's default for the encoder width.
     settings["learning_rate"] = getattr(schedule, "peak_learning_rate", learning_rate)
     x, y = take(*load_split(name, info.splits[0], source), max_examples, seed)
+    validation_x, validation_y = take(*load_split(name, info.fit_validation_split, source),
+                                      max_eval_examples)
+    log_dir = os.path.join(out, "tensorboard")
+    hparams = kbert.callbacks.HParamsLogger(log_dir, settings)
     callbacks = [
         kbert.callbacks.LearningRateLogger(),
-        kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50),
+        kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50),
+        hparams,
     ]
+    if info.builder == "classifier":
+        callbacks.append(kbert.callbacks.ConfusionMatrixLogger(
+            log_dir, (validation_x, validation_y), batch_size=batch_size
+        ))
     start = time.time()
-    history = model.fit(x, y, epochs=epochs, batch_size=batch_size, callbacks=callbacks, verbose=verbose)
+    history = model.fit(
+        x, y, epochs=epochs, batch_size=batch_size, callbacks=callbacks, verbose=verbose,
+        # SQuAD's records hold their answers: no separate targets.
+        validation_data=validation_x if validation_y is None else (validation_x, validation_y),
+    )
     seconds = time.time() - start
     write_atomically(os.path.join(out, "model.keras"), model.save)
     metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size,
                             source=source)
+    hparams.log_metrics({f"{metrics['split']}_{key}": value for key, value in metrics.items()
+                         if isinstance(value, float)})
     result = {
         **metrics,
         "train_examples": len(y) if y is not None else len(x),
         "train_seconds": seconds,
         "final_train_loss": float(history.history["loss"][-1]),
+        "validation_split": info.fit_validation_split,
         "settings": settings,
     }
     write_atomically(os.path.join(out, "metrics.json"),

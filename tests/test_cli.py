@@ -1,5 +1,6 @@
 import kbert
 from kbert import cli
+from tests.callbacks.event_files import scalars, texts
 from tests.models.pretraining_run import VOCABULARY, write_corpus
 
 
@@ -44,6 +45,12 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     pretrainer = kbert.load_model(str(out / "pretrainer.keras"))
     assert pretrainer.encoder.vocabulary_size == len(vocabulary)
     assert int(pretrainer.optimizer.iterations.numpy()) > 0
+    # TensorBoard: the epoch's curves whatever its step count, the fill-mask guesses at the end.
+    train_logs = out / "tensorboard" / "train"
+    assert sorted(scalars(train_logs)["epoch_loss"]) == [0]
+    steps = int(pretrainer.optimizer.iterations.numpy())
+    table = texts(train_logs)["fill_mask"][steps]
+    assert table[1:, 0].tolist() == list(cli.PRETRAIN_FILL_MASK_SENTENCES)
     capsys.readouterr()
 
     assert cli.main(["fill-mask", str(out), "the [MASK] sat on the mat .", "--top-k", "3"]) == 0

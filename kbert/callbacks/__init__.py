@@ -1,14 +1,24 @@
 """Callbacks for long `fit` runs: learning rate logs, TensorBoard, checkpoints, backups.
 
 `standard(logdir)` gives the set a pretraining or fine-tuning run wants; the
-classes can also be used one by one.
+classes can also be used one by one. More pictures for TensorBoard:
+`ConfusionMatrixLogger` (a classifier's confusion matrix and per-class
+scores), `HParamsLogger` (hyper-parameters and final metrics),
+`AttentionMapLogger` (attention heat maps of a sentence), `FillMaskLogger`
+(a pretrainer's guesses for masked sentences) and `write_projector`
+(sentence vectors for the embedding projector).
 """
 
 import os
 
+from kbert.callbacks.attention_map_logger import AttentionMapLogger, attention_scores
 from kbert.callbacks.backup_and_restore import BackupAndRestore
+from kbert.callbacks.confusion_matrix_logger import ConfusionMatrixLogger
+from kbert.callbacks.fill_mask_logger import FillMaskLogger
+from kbert.callbacks.hparams_logger import HParamsLogger
 from kbert.callbacks.learning_rate_logger import LearningRateLogger
 from kbert.callbacks.model_checkpoint import ModelCheckpoint
+from kbert.callbacks.projector import write_projector
 from kbert.callbacks.tensorboard import TensorBoard
 
 
@@ -73,4 +83,16 @@ def standard(logdir, save_freq=500, checkpoint="epoch", keep=3, profile_batch=0,
     return callbacks
 
 
-__all__ = ["BackupAndRestore", "LearningRateLogger", "ModelCheckpoint", "TensorBoard", "standard"]
+__all__ = [
+    "AttentionMapLogger",
+    "BackupAndRestore",
+    "ConfusionMatrixLogger",
+    "FillMaskLogger",
+    "HParamsLogger",
+    "LearningRateLogger",
+    "ModelCheckpoint",
+    "TensorBoard",
+    "attention_scores",
+    "standard",
+    "write_projector",
+]

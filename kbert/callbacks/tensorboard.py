@@ -1,20 +1,31 @@
-"""Keras' TensorBoard callback, numbering batch summaries by optimizer step."""
+"""Keras' TensorBoard callback: every epoch's summaries written, batch summaries numbered by step."""
 
 import keras
 
 
 class TensorBoard(keras.callbacks.TensorBoard):
-    """`keras.callbacks.TensorBoard` whose batch summaries continue across `fit` calls.
+    """`keras.callbacks.TensorBoard` that writes every epoch and continues its curves across `fit` calls.
 
-    Keras numbers batch-level summaries (`batch_loss`, ...) from 1 in every
-    `fit`, so a run resumed from a backup, or a model trained by several
-    `fit` calls, draws its curves on top of the earlier ones. This callback
-    starts the numbering at the optimizer's `iterations` instead, so the
-    summary of an update is at the optimizer step it leads to (with the
-    default `steps_per_execution=1`). Put it after `BackupAndRestore`, which
-    restores `iterations`. Epoch summaries keep the epoch as their step.
-    `profile_batch` counts in the same numbering.
+    Two things differ from Keras' callback:
 
+    - Every epoch writes its summaries: `epoch_loss`, `epoch_accuracy`,
+      ..., `epoch_learning_rate` in the `train` run and the validation
+      metrics (without their `val_` prefix) in the `validation` run,
+      numbered by epoch. Keras' callback only writes them when the epoch's
+      last batch number is a multiple of `update_freq` (its batch-summary
+      filter is still on at the epoch end), so with `update_freq=50` a
+      24-batch epoch showed no epoch curve at all. The same goes for the
+      `evaluation_*_vs_iterations` summaries of each validation.
+    - Keras numbers batch summaries (`batch_loss`, ...) from 1 in every
+      `fit`, so a run resumed from a backup, or a model trained by several
+      `fit` calls, draws its curves on top of the earlier ones. This
+      callback starts the numbering at the optimizer's `iterations` instead,
+      so the summary of an update is at the optimizer step it leads to
+      (with the default `steps_per_execution=1`). Put it after
+      `BackupAndRestore`, which restores `iterations`. `profile_batch`
+      counts in the same numbering.
+
+    Batch summaries are written every `update_freq` batches, as in Keras.
     Takes the arguments of `keras.callbacks.TensorBoard`.
 
     Example:
@@ -34,3 +45,20 @@ class TensorBoard(keras.callbacks.TensorBoard):
         optimizer = self.model.optimizer
         if optimizer is not None:
             self._global_train_batch = int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+    def on_test_end(self, logs=None):
+        # Keras' own method, with the summaries recorded whatever the batch filter says.
+        if logs and self.model.optimizer is not None and hasattr(self.model.optimizer, "iterations"):
+            with self._val_writer.as_default(), self.summary.record_if(True):
+                for name, value in logs.items():
+                    self.summary.scalar(
+                        f"evaluation_{name}_vs_iterations", value, step=self.model.optimizer.iterations
+                    )
+        self._pop_writer()
+
+    def _log_epoch_metrics(self, epoch, logs):
+        # At an epoch end the writer Keras pushed for the last batch is still
+        # active, with its `record_if(step % update_freq == 0)` filter; the
+        # epoch summaries must not depend on it.
+        with self.summary.record_if(True):
+            super()._log_epoch_metrics(epoch, logs)

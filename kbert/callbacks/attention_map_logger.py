@@ -1,0 +1,199 @@
+"""Attention heat maps of a BERT encoder for one sentence, in TensorBoard."""
+
+import keras
+import numpy as np
+
+from kbert.callbacks.images import grid, heat_map
+from kbert.callbacks.writers import LazyWriters
+
+
+def attention_scores(encoder, inputs):
+    """The attention probabilities of every Transformer block and head of a `kbert.Encoder`.
+
+    Runs the encoder in inference mode block by block, each keras-hub
+    `TransformerEncoder` called with `return_attention_scores=True` on the
+    previous block's output (the first on the embeddings), so the scores
+    are those of the encoder's own computation.
+
+    Args:
+        encoder: a `kbert.Encoder`.
+        inputs: a dict of `token_ids`, `segment_ids` and `padding_mask`,
+            each `(batch, sequence)`.
+
+    Returns:
+        A list with one float32 array `(batch, heads, query, key)` per block:
+        `[l][b, h, i, j]` is how much token `i` attends to token `j` in head
+        `h` of block `l`; each row sums to 1 over the real tokens, padding
+        gets 0.
+
+    Example:
+    >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=10)
+    >>> inputs = {"token_ids": np.array([[2, 5, 6, 3]]), "segment_ids": np.zeros((1, 4), "int32"),
+    ...           "padding_mask": np.ones((1, 4), "int32")}
+    >>> scores = attention_scores(encoder, inputs)
+    >>> len(scores), scores[0].shape
+    (2, (1, 2, 4, 4))
+    """
+    token_ids = keras.ops.convert_to_tensor(inputs["token_ids"], "int32")
+    segment_ids = keras.ops.convert_to_tensor(inputs["segment_ids"], "int32")
+    padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], "int32")
+    # The embedding part of the encoder's graph, as `Encoder.__init__` wires it.
+    tokens = encoder.token_embedding(token_ids)
+    x = encoder.embeddings_add(
+        [tokens, encoder.position_embedding(tokens), encoder.segment_embedding(segment_ids)]
+    )
+    x = encoder.embeddings_dropout(encoder.embeddings_layer_norm(x), training=False)
+    scores = []
+    for layer in encoder.transformer_layers:
+        x, layer_scores = layer(x, padding_mask=padding_mask, training=False, return_attention_scores=True)
+        scores.append(np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(layer_scores, "float32"))))
+    return scores
+
+
+class AttentionMapLogger(keras.callbacks.Callback):
+    """Draws where each attention head of the encoder looks, for one sentence, during `fit`.
+
+    For every Transformer block the callback writes one image
+    `attention/layer_<l>` to the `train` run of `log_dir`: a grid of heat
+    maps, one per head, whose row `i` shows how token `i` of the sentence
+    spreads its attention over the tokens (columns), from pale yellow (0) to
+    dark blue (1). The sentence is packed as BERT reads it (`[CLS] text
+    [SEP]`, or a pair), and its tokens label the rows and columns.
+
+    The images are written at every epoch end (numbered by epoch, like the
+    `epoch_*` curves), or with `every=N` every N optimizer steps and when
+    training ends (numbered by step, like the `batch_*` curves).
+    Works with any model that has an `encoder` (task models, the
+    pretrainer) or is a `kbert.Encoder`.
+
+    Args:
+        log_dir: TensorBoard's log directory (that of the `TensorBoard`
+            callback).
+        text: the sentence, or a `(text_a, text_b)` pair.
+        vocabulary: the encoder's tokens (a list or a `vocab.txt` path) or a
+            `kbert.Tokenizer`; default: the tokenizer of the model's
+            preprocessor (task models have one).
+        lowercase: whether `vocabulary` is uncased.
+        every: optimizer steps between images, or `"epoch"`.
+        sequence_length: the longest packing of `text` (default 64).
+
+    Example:
+    >>> import tempfile
+    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
+    >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=len(vocab))
+    >>> logger = AttentionMapLogger(tempfile.mkdtemp(), "the cat sat", vocabulary=vocab)
+    >>> tokens, scores = logger.attention(encoder)   # during `fit`: the fitted model's
+    >>> tokens, len(scores), scores[0].shape
+    (['[CLS]', 'the', 'cat', 'sat', '[SEP]'], 2, (2, 5, 5))
+
+    In `fit`: `model.fit(..., callbacks=[AttentionMapLogger("logs", "the cat sat")])`.
+    """
+
+    def __init__(self, log_dir, text, vocabulary=None, lowercase=True, every="epoch", sequence_length=64):
+        super().__init__()
+        if every != "epoch" and (isinstance(every, bool) or int(every) != every or every < 1):
+            raise ValueError(f"`every` must be a positive number of steps or 'epoch', got {every!r}.")
+        if not isinstance(text, (str, tuple, list)) or (
+            not isinstance(text, str) and (len(text) != 2 or not all(isinstance(t, str) for t in text))
+        ):
+            raise TypeError(f"`text` must be a string or a (text_a, text_b) pair of strings, got {text!r}.")
+        self.log_dir = str(log_dir)
+        self.text = text if isinstance(text, str) else tuple(text)
+        self.vocabulary = vocabulary
+        self.lowercase = lowercase
+        self.every = every
+        self.sequence_length = int(sequence_length)
+        self._writers = LazyWriters(self.log_dir)
+        self._last_step = None
+
+    def attention(self, model=None):
+        """`(tokens, scores)`: the packed sentence's tokens, and per block an array `(heads, tokens, tokens)`."""
+        from kbert.preprocessing.preprocessor import Preprocessor
+
+        model = self.model if model is None else model
+        encoder = _encoder_of(model)
+        tokenizer = self._tokenizer(model)
+        sequence_length = min(self.sequence_length, encoder.max_sequence_length)
+        texts = [self.text] if isinstance(self.text, str) else ([self.text[0]], [self.text[1]])
+        packed = Preprocessor(tokenizer, sequence_length)(texts)
+        length = int(np.asarray(packed["padding_mask"]).sum())
+        # Only the real tokens: without padding the maps are exactly token by token.
+        inputs = {name: np.asarray(value)[:, :length] for name, value in packed.items()}
+        tokens = [tokenizer.id_to_token(int(i)) for i in inputs["token_ids"][0]]
+        return tokens, [layer_scores[0] for layer_scores in attention_scores(encoder, inputs)]
+
+    def images(self, model=None):
+        """`{tag: RGB array}`: the image of every block, `attention/layer_<l>`."""
+        tokens, scores = self.attention(model)
+        labels = [token if len(token) <= 14 else token[:13] + "…" for token in tokens]
+        return {
+            f"attention/layer_{number}": grid(
+                [heat_map(head, labels, labels, title=f"head {h}") for h, head in enumerate(layer_scores)],
+                columns=4,
+            )
+            for number, layer_scores in enumerate(scores)
+        }
+
+    def write(self, step):
+        """Writes one image per block at `step`."""
+        import tensorflow as tf
+
+        images = self.images()
+        with self._writers.writing("train"):
+            for number, (tag, image) in enumerate(images.items()):
+                tf.summary.image(
+                    tag, image[None], step=step,
+                    description=f"Block {number}: row i is where token i attends (columns), pale "
+                                f"yellow 0 to dark blue 1, one map per head. Text: {self.text!r}",
+                )
+        self._last_step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.every == "epoch":
+            return
+        step = _optimizer_step(self.model)
+        if step % self.every == 0:
+            self.write(step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.every == "epoch":
+            self.write(epoch)
+
+    def on_train_end(self, logs=None):
+        if self.every != "epoch":
+            step = _optimizer_step(self.model)
+            if step != self._last_step:
+                self.write(step)
+        self._writers.close()
+
+    def _tokenizer(self, model):
+        from kbert.preprocessing.tokenizer import Tokenizer
+
+        if isinstance(self.vocabulary, Tokenizer):
+            return self.vocabulary
+        if self.vocabulary is not None:
+            self.vocabulary = Tokenizer(self.vocabulary, lowercase=self.lowercase)
+            return self.vocabulary
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is None or not hasattr(preprocessor, "tokenizer"):
+            raise ValueError(
+                f"The {type(model).__name__} has no preprocessor to tokenize the sentence; give the "
+                "`vocabulary` it was trained with."
+            )
+        return preprocessor.tokenizer
+
+
+def _encoder_of(model):
+    from kbert.models.encoder import Encoder
+
+    encoder = model if isinstance(model, Encoder) else getattr(model, "encoder", None)
+    if not isinstance(encoder, Encoder):
+        raise TypeError(
+            f"AttentionMapLogger needs a kbert.Encoder or a model with one as `encoder`, got a "
+            f"{type(model).__name__}."
+        )
+    return encoder
+
+
+def _optimizer_step(model):
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
