@@ -31,43 +31,101 @@ if "tensorflow" not in sys.modules:
     # `TF_ENABLE_ONEDNN_OPTS=0` keeps it off.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-import keras  # noqa: E402
-
-from kbert import callbacks, checkpoints, data, metrics  # noqa: E402
-from kbert.serving import export  # noqa: E402
-from kbert.checkpoints import load_pretrained, save_pretrained  # noqa: E402
-from kbert.data.pretraining import pretraining_dataset, prepare_pretraining_data  # noqa: E402
-from kbert.models.classifier import Classifier  # noqa: E402
-from kbert.models.embedder import Embedder  # noqa: E402
-from kbert.models.encoder import Encoder  # noqa: E402
-from kbert.models.fill_mask import FillMask, fill_mask  # noqa: E402
-from kbert.models.multiple_choice import MultipleChoice  # noqa: E402
-from kbert.models.pretrainer import Pretrainer  # noqa: E402
-from kbert.models.question_answerer import QuestionAnswerer  # noqa: E402
-from kbert.models.tagger import Tagger  # noqa: E402
-from kbert.optimization import WarmupLinearDecay  # noqa: E402
-from kbert.preprocessing.classifier_preprocessor import ClassifierPreprocessor  # noqa: E402
-from kbert.preprocessing.embedder_preprocessor import EmbedderPreprocessor  # noqa: E402
-from kbert.preprocessing.multiple_choice_preprocessor import MultipleChoicePreprocessor  # noqa: E402
-from kbert.preprocessing.preprocessor import Preprocessor  # noqa: E402
-from kbert.preprocessing.question_answerer_preprocessor import QuestionAnswererPreprocessor  # noqa: E402
-from kbert.preprocessing.tagger_preprocessor import TaggerPreprocessor  # noqa: E402
-from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer  # noqa: E402
-from kbert.preprocessing.vocabulary import learn_vocabulary  # noqa: E402
-from kbert.presets import PRESETS  # noqa: E402
-from kbert.builders import (  # noqa: E402
-    classifier,
-    embedder,
-    multiple_choice,
-    question_answerer,
-    tagger,
-)
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
 
 __version__ = "0.2.0"
+
+# Public names and the modules that define them. In the `kbert` command they
+# are imported on first use (PEP 562), so `kbert --help` does not load
+# TensorFlow and Keras (seconds, and their log lines); any other program
+# imports them with the package (end of this file), so that every kbert class
+# is registered with Keras and `keras.saving.load_model` reads kbert models.
+_SUBPACKAGES = ("callbacks", "checkpoints", "data", "metrics")
+_NAMES = {
+    "export": "kbert.serving",
+    "load_pretrained": "kbert.checkpoints",
+    "save_pretrained": "kbert.checkpoints",
+    "pretraining_dataset": "kbert.data.pretraining",
+    "prepare_pretraining_data": "kbert.data.pretraining",
+    "Classifier": "kbert.models.classifier",
+    "Embedder": "kbert.models.embedder",
+    "Encoder": "kbert.models.encoder",
+    "FillMask": "kbert.models.fill_mask",
+    "fill_mask": "kbert.models.fill_mask",
+    "MultipleChoice": "kbert.models.multiple_choice",
+    "Pretrainer": "kbert.models.pretrainer",
+    "QuestionAnswerer": "kbert.models.question_answerer",
+    "Tagger": "kbert.models.tagger",
+    "WarmupLinearDecay": "kbert.optimization",
+    "ClassifierPreprocessor": "kbert.preprocessing.classifier_preprocessor",
+    "EmbedderPreprocessor": "kbert.preprocessing.embedder_preprocessor",
+    "MultipleChoicePreprocessor": "kbert.preprocessing.multiple_choice_preprocessor",
+    "Preprocessor": "kbert.preprocessing.preprocessor",
+    "QuestionAnswererPreprocessor": "kbert.preprocessing.question_answerer_preprocessor",
+    "TaggerPreprocessor": "kbert.preprocessing.tagger_preprocessor",
+    "SPECIAL_TOKENS": "kbert.preprocessing.tokenizer",
+    "Tokenizer": "kbert.preprocessing.tokenizer",
+    "learn_vocabulary": "kbert.preprocessing.vocabulary",
+    "PRESETS": "kbert.presets",
+    "classifier": "kbert.builders",
+    "embedder": "kbert.builders",
+    "multiple_choice": "kbert.builders",
+    "question_answerer": "kbert.builders",
+    "tagger": "kbert.builders",
+}
+
+
+_loaded = False
+
+
+def _load():
+    """Imports every module behind the public names, once (what `import kbert` did eagerly).
+
+    All at once rather than name by name, so that every kbert class is
+    registered with Keras (for `keras.saving.load_model`) as soon as any of
+    them is used.
+    """
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in (*(f"kbert.{name}" for name in _SUBPACKAGES), *_NAMES.values()):
+            importlib.import_module(module)
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        _load()
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"kbert.{name}")
+        _load()
+    elif not name.startswith("_") and importlib.util.find_spec(f"kbert.{name}") is not None:
+        # Any other module (kbert.serving, kbert.cli, ...): only itself, so
+        # `from kbert import cli` stays light.
+        value = importlib.import_module(f"kbert.{name}")
+    else:
+        raise AttributeError(f"module 'kbert' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+def _is_the_kbert_command():
+    # The console script runs with argv[0] ending in `kbert`; `python -m
+    # kbert.cli` imports this package while argv[0] is still "-m".
+    first = sys.argv[0] if sys.argv else ""
+    return os.path.basename(first) in ("kbert", "kbert.exe") or first == "-m"
 
 
 def load_model(path):
     """Loads a kbert model saved with `model.save("name.keras")`."""
+    import keras
+
+    _load()  # kbert's classes register with Keras when their modules load
     return keras.saving.load_model(path)
 
 
@@ -108,3 +166,6 @@ __all__ = [
     "save_pretrained",
     "tagger",
 ]
+
+if not _is_the_kbert_command():
+    _load()

@@ -15,6 +15,9 @@ def _demo(args):
 def _vocabulary(args):
     import kbert
 
+    if args.size <= len(kbert.SPECIAL_TOKENS):
+        raise ValueError(f"--size must exceed {len(kbert.SPECIAL_TOKENS)}, the special tokens; "
+                         f"got {args.size}.")
     vocabulary = kbert.learn_vocabulary(files=args.files, vocabulary_size=args.size,
                                         lowercase=not args.cased)
     _write_lines_atomically(args.out, vocabulary)  # never a half-written vocabulary
@@ -79,8 +82,8 @@ def _pretrain(args):
     )
     pretrainer = kbert.Pretrainer(encoder, next_sentence=not args.no_next_sentence)
     pretrainer.compile(learning_rate=args.learning_rate)
-    if args.steps_per_epoch:
-        data = data.repeat()
+    # No `.repeat()` for --steps-per-epoch: `Pretrainer.fit` streams the passes
+    # itself, which is what lets a resumed run continue at the exact batch.
     callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
     callbacks.append(kbert.callbacks.FillMaskLogger(
         str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=not args.cased,
@@ -95,14 +98,20 @@ def _pretrain(args):
 
 
 def _prepare_pretraining(args):
+    import os
+
     from kbert.data.pretraining import prepare_pretraining_data
     from kbert.preprocessing.tokenizer import read_vocabulary
 
+    # Checked here, before the corpus is read, and in the command's words
+    # (the library's message names its `overwrite=True`).
+    if os.path.exists(args.out) and not args.overwrite:
+        raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it.")
     metadata = prepare_pretraining_data(
         args.corpus, args.out, vocabulary=read_vocabulary(args.vocabulary),
         sequence_length=args.sequence_length, next_sentence=not args.no_next_sentence,
         document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
-        overwrite=args.overwrite,
+        examples_per_shard=args.examples_per_shard, overwrite=args.overwrite,
     )
     print(f"Wrote {metadata['num_examples']:,} segment pairs in {len(metadata['shards'])} shard(s) "
           f"to {args.out}; read them with kbert.pretraining_dataset({args.out!r}, seed={args.seed}).")
@@ -182,10 +191,24 @@ def _export(args):
 
     import kbert
 
+    # Checked here, in the command's words (the library's message names its
+    # `overwrite=True`); without --version the next free version is used.
+    target = os.path.join(args.out, args.name, str(args.version))
+    if args.version is not None and os.path.exists(target) and not args.overwrite:
+        raise FileExistsError(f"{target} exists; choose another --version, or pass --overwrite "
+                              "to replace it.")
     model = kbert.load_model(args.model)
     text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
-    path = kbert.export(model, os.path.join(args.out, args.name), version=args.version,
-                        overwrite=args.overwrite, text_pairs=text_pairs)  # checks the ops before the rename
+    try:
+        # kbert.export checks the ops before the version goes live.
+        path = kbert.export(model, os.path.join(args.out, args.name), version=args.version,
+                            overwrite=args.overwrite, text_pairs=text_pairs)
+    except ValueError as error:
+        if text_pairs is None and "text_pairs" in str(error):
+            raise ValueError(f"{args.model} has not seen any text yet, so it is not known whether "
+                             "it reads single texts or pairs; pass --texts single or --texts "
+                             "pairs.") from None
+        raise
     print(f"Exported {type(model).__name__} to {path} (signatures serving_default, from_token_ids, "
           "from_tf_example; every op is one TF Serving has)")
 
@@ -193,11 +216,41 @@ def _export(args):
 def _predict(args):
     import json
 
+    texts = [_argument_bytes(text) for text in args.texts]
+    if args.file is not None:
+        texts += _read_lines(args.file)
+    if not texts:
+        raise ValueError("Give texts as arguments or with --file.")
     from kbert.serving import SavedModelPredictor
 
     predictor = SavedModelPredictor(args.saved_model)
-    for example in predictor.predict_texts(args.texts):
+    for example in predictor.predict_texts(texts):
         print(json.dumps(example, ensure_ascii=False))
+
+
+def _argument_bytes(text):
+    """A command-line argument as the bytes that were typed.
+
+    Python decodes arguments as UTF-8, keeping undecodable bytes as lone
+    surrogates; `os.fsencode` gives those bytes back, so a model gets what
+    it would get from any other client.
+    """
+    import os
+
+    return os.fsencode(text)
+
+
+def _read_lines(path):
+    """The lines of a file or of standard input (`-`), as bytes, without their line ends."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as file:
+            data = file.read()
+    lines = data.split(b"\n")
+    if lines[-1] == b"":  # after the last line's end, or an empty file
+        lines.pop()
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
 def _presets(args):
@@ -211,81 +264,134 @@ def _presets(args):
               f"{p['intermediate_dim']:>5} {count:>12,}")
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="kbert", description="BERT for Keras: train, evaluate, serve.")
-    commands = parser.add_subparsers(dest="command", required=True)
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, where it has one worth showing."""
 
-    demo = commands.add_parser(
-        "demo", help="train and evaluate a spam filter on SMS Spam, then pretrain briefly (offline)"
+    def _get_help_string(self, action):
+        default = action.default
+        if default is None or default is False or default == argparse.SUPPRESS:
+            return action.help
+        if "default" in (action.help or ""):  # the help says it in its own words
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _integer(text, least):
+    # argparse names the flag in its error: "argument --batch-size: ..."
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least {least}, got {text!r}")
+    return value
+
+
+def _positive_int(text):
+    return _integer(text, 1)
+
+
+def _non_negative_int(text):
+    return _integer(text, 0)
+
+
+def build_parser():
+    """The `kbert` argument parser. It imports nothing heavy: `kbert --help` is instant."""
+    from kbert.data.tfds_source import SOURCES  # plain Python: no TensorFlow
+    from kbert.fine_tuning import RECIPES
+
+    parser = argparse.ArgumentParser(
+        prog="kbert", description="BERT for Keras: train, evaluate, serve.",
+        epilog="`kbert COMMAND --help` shows a command's options.", formatter_class=_HelpFormatter,
     )
-    demo.add_argument("--preset", default="tiny")
-    demo.add_argument("--epochs", type=int, default=3)
-    demo.add_argument("--sequence-length", type=int, default=64)
-    demo.add_argument("--learning-rate", type=float, default=1e-3)
-    demo.add_argument("--pretraining-steps", type=int, default=150,
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, description, run):
+        sub = commands.add_parser(name, help=description, description=description[0].upper()
+                                  + description[1:] + ".", formatter_class=_HelpFormatter)
+        sub.set_defaults(run=run)
+        return sub
+
+    quiet = "one line per epoch instead of a progress bar"
+
+    demo = command("demo", "train and evaluate a spam filter on SMS Spam, then pretrain briefly "
+                           "(offline)", _demo)
+    demo.add_argument("--preset", default="tiny", help="encoder size (see `kbert presets`)")
+    demo.add_argument("--epochs", type=_positive_int, default=3, help="fine-tuning epochs")
+    demo.add_argument("--sequence-length", type=_positive_int, default=64, help="tokens per text")
+    demo.add_argument("--learning-rate", type=float, default=1e-3, help="peak fine-tuning rate")
+    demo.add_argument("--pretraining-steps", type=_non_negative_int, default=150,
                       help="steps of the closing pretraining example (0 skips it)")
     demo.add_argument("--export-dir", default="saved_models",
                       help="export the spam model to EXPORT_DIR/spam/<version> ('' skips the export)")
-    demo.add_argument("--quiet", action="store_true", help="one line per epoch")
-    demo.set_defaults(run=_demo)
+    demo.add_argument("--quiet", action="store_true", help=quiet)
 
-    vocabulary = commands.add_parser("vocabulary", help="learn a WordPiece vocabulary from text files")
+    vocabulary = command("vocabulary", "learn a WordPiece vocabulary from text files", _vocabulary)
     vocabulary.add_argument("files", nargs="+", help="text files or glob patterns, one text per line")
-    vocabulary.add_argument("--size", type=int, default=30522)
+    vocabulary.add_argument("--size", type=_positive_int, default=30522, help="tokens to learn")
     vocabulary.add_argument("--cased", action="store_true", help="keep case and accents")
-    vocabulary.add_argument("--out", default="vocab.txt")
-    vocabulary.set_defaults(run=_vocabulary)
+    vocabulary.add_argument("--out", default="vocab.txt", help="the vocab.txt to write")
 
-    pretrain = commands.add_parser("pretrain", help="pretrain BERT (masked LM + NSP) on raw text files")
+    pretrain = command("pretrain", "pretrain BERT (masked LM + NSP) on raw text files", _pretrain)
     pretrain.add_argument("--corpus", action="append", required=True,
                           help="text files, folders or glob patterns (repeatable)")
     pretrain.add_argument("--out", required=True,
                           help="run folder: vocab.txt, tensorboard/, checkpoints/, pretrainer.keras; "
                                "running the same command again resumes")
-    pretrain.add_argument("--preset", default="mini")
-    pretrain.add_argument("--vocabulary", help="vocab.txt to use (default: learn one)")
-    pretrain.add_argument("--vocabulary-size", type=int, default=30522)
-    pretrain.add_argument("--cased", action="store_true")
-    pretrain.add_argument("--sequence-length", type=int, default=128)
-    pretrain.add_argument("--batch-size", type=int, default=32)
-    pretrain.add_argument("--epochs", type=int, default=1)
-    pretrain.add_argument("--steps-per-epoch", type=int, default=None)
-    pretrain.add_argument("--learning-rate", type=float, default=None)
-    pretrain.add_argument("--mask-rate", type=float, default=0.15)
-    pretrain.add_argument("--no-next-sentence", action="store_true", help="masked LM only")
-    pretrain.add_argument("--whole-word-masking", action="store_true")
-    pretrain.add_argument("--document-boundary", choices=("file", "blank_line"), default="file")
-    pretrain.add_argument("--backup-every", type=int, default=500, help="steps between backups")
-    pretrain.add_argument("--seed", type=int, default=0)
-    pretrain.add_argument("--quiet", action="store_true", help="one line per epoch")
-    pretrain.set_defaults(run=_pretrain)
+    pretrain.add_argument("--preset", default="mini", help="encoder size (see `kbert presets`)")
+    pretrain.add_argument("--vocabulary", help="vocab.txt to use (default: learn one from the corpus)")
+    pretrain.add_argument("--vocabulary-size", type=_positive_int, default=30522,
+                          help="tokens of the vocabulary learned when --vocabulary is not given")
+    pretrain.add_argument("--cased", action="store_true", help="keep case and accents")
+    pretrain.add_argument("--sequence-length", type=_positive_int, default=128,
+                          help="tokens per example, [CLS] and [SEP]s included")
+    pretrain.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
+    pretrain.add_argument("--epochs", type=_positive_int, default=1, help="epochs to train")
+    pretrain.add_argument("--steps-per-epoch", type=_positive_int, default=None,
+                          help="steps per epoch (default: one pass over the corpus)")
+    pretrain.add_argument("--learning-rate", type=float, default=None,
+                          help="peak learning rate (default: 1e-4 for BERT-base, more for "
+                               "narrower encoders)")
+    pretrain.add_argument("--mask-rate", type=float, default=0.15, help="share of tokens to predict")
+    pretrain.add_argument("--no-next-sentence", action="store_true",
+                          help="masked LM only, without next-sentence prediction")
+    pretrain.add_argument("--whole-word-masking", action="store_true",
+                          help="mask all pieces of a word together")
+    pretrain.add_argument("--document-boundary", choices=("file", "blank_line"), default="file",
+                          help="what ends a document: each file is one, or blank lines end them")
+    pretrain.add_argument("--backup-every", type=_positive_int, default=500,
+                          help="steps between backups (a killed run resumes from the last one)")
+    pretrain.add_argument("--seed", type=int, default=0, help="fixes pairs, order, masks and weights")
+    pretrain.add_argument("--quiet", action="store_true", help=quiet)
 
-    prepare = commands.add_parser("prepare-pretraining",
-                                  help="write a corpus' segment pairs to sharded TFRecords")
-    prepare.add_argument("--corpus", action="append", required=True)
-    prepare.add_argument("--vocabulary", required=True)
-    prepare.add_argument("--out", required=True)
-    prepare.add_argument("--cased", action="store_true")
-    prepare.add_argument("--sequence-length", type=int, default=128)
-    prepare.add_argument("--no-next-sentence", action="store_true")
-    prepare.add_argument("--document-boundary", choices=("file", "blank_line"), default="file")
-    prepare.add_argument("--seed", type=int, default=0)
-    prepare.add_argument("--overwrite", action="store_true")
-    prepare.set_defaults(run=_prepare_pretraining)
+    prepare = command("prepare-pretraining", "write a corpus' segment pairs to sharded TFRecords",
+                      _prepare_pretraining)
+    prepare.add_argument("--corpus", action="append", required=True,
+                         help="text files, folders or glob patterns (repeatable)")
+    prepare.add_argument("--vocabulary", required=True, help="the vocab.txt to tokenize with")
+    prepare.add_argument("--out", required=True, help="the folder to write (must not exist)")
+    prepare.add_argument("--cased", action="store_true", help="keep case and accents")
+    prepare.add_argument("--sequence-length", type=_positive_int, default=128,
+                         help="tokens per example, [CLS] and [SEP]s included")
+    prepare.add_argument("--no-next-sentence", action="store_true",
+                         help="single segments for masked LM only, without next-sentence pairs")
+    prepare.add_argument("--document-boundary", choices=("file", "blank_line"), default="file",
+                         help="what ends a document: each file is one, or blank lines end them")
+    prepare.add_argument("--examples-per-shard", type=_positive_int, default=100_000,
+                         help="segment pairs per TFRecord file")
+    prepare.add_argument("--seed", type=int, default=0, help="fixes the pairs")
+    prepare.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
 
-    fill_mask = commands.add_parser("fill-mask", help="top tokens for each [MASK] in a text")
+    fill_mask = command("fill-mask", "top tokens for each [MASK] in a text", _fill_mask)
     fill_mask.add_argument("model", help="a pretraining run folder, a pretrainer .keras file, or a "
                                          "BERT checkpoint with its masked-LM head (folder or name)")
-    fill_mask.add_argument("texts", nargs="+")
-    fill_mask.add_argument("--vocabulary")
-    fill_mask.add_argument("--top-k", type=int, default=5)
-    fill_mask.set_defaults(run=_fill_mask)
+    fill_mask.add_argument("texts", nargs="+", help="texts with one or more [MASK]")
+    fill_mask.add_argument("--vocabulary",
+                           help="vocab.txt for a .keras file (default: the run folder's)")
+    fill_mask.add_argument("--top-k", type=_positive_int, default=5, help="tokens shown per [MASK]")
 
-    from kbert.data.tfds_source import SOURCES
-    from kbert.fine_tuning import RECIPES
-
-    train = commands.add_parser("train", help="fine-tune on a task's data set, evaluate, save")
-    train.add_argument("task", choices=sorted(RECIPES))
+    train = command("train", "fine-tune on a task's data set, evaluate, save", _train)
+    train.add_argument("task", choices=sorted(RECIPES), help="the data set and its task")
     train.add_argument("--encoder", default="tiny",
                        help="a preset (tiny ... large), a checkpoint folder or name (all-minilm-l6-v2, "
                             "a Hugging Face id such as bert-base-uncased, a keras-hub preset such as "
@@ -293,50 +399,54 @@ def build_parser():
     train.add_argument("--vocabulary", help="vocab.txt for a preset or .keras encoder "
                                             "(default for presets: bert-base-uncased's)")
     train.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
-    train.add_argument("--epochs", type=int, default=3)
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--sequence-length", type=int, default=None,
+    train.add_argument("--epochs", type=_positive_int, default=3, help="epochs to train")
+    train.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
+    train.add_argument("--sequence-length", type=_positive_int, default=None,
                        help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
-    train.add_argument("--learning-rate", type=float, default=None)
-    train.add_argument("--max-examples", type=int, default=None,
+    train.add_argument("--learning-rate", type=float, default=None,
+                       help="peak learning rate (default: 5e-5 for BERT-base, more for smaller "
+                            "encoders)")
+    train.add_argument("--max-examples", type=_positive_int, default=None,
                        help="fine-tune on a seeded random subset of this many training examples")
-    train.add_argument("--max-eval-examples", type=int, default=None)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--max-eval-examples", type=_positive_int, default=None,
+                       help="evaluate on the first this many examples of the evaluation split")
+    train.add_argument("--seed", type=int, default=0, help="fixes the subset, order and weights")
     train.add_argument("--source", choices=SOURCES, default="local",
                        help="local: the canonical files (offline); tfds: TensorFlow Datasets "
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")
-    train.add_argument("--quiet", action="store_true", help="one line per epoch")
-    train.set_defaults(run=_train)
+    train.add_argument("--quiet", action="store_true", help=quiet)
 
-    evaluate = commands.add_parser("evaluate", help="a trained task model's metrics on a split")
+    evaluate = command("evaluate", "a trained task model's metrics on a split", _evaluate)
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
-    evaluate.add_argument("--task", required=True, choices=sorted(RECIPES))
+    evaluate.add_argument("--task", required=True, choices=sorted(RECIPES),
+                          help="the data set the model was trained on")
     evaluate.add_argument("--split", default=None, help="default: the task's evaluation split")
-    evaluate.add_argument("--max-examples", type=int, default=None)
+    evaluate.add_argument("--max-examples", type=_positive_int, default=None,
+                          help="evaluate on the first this many examples")
     evaluate.add_argument("--source", choices=SOURCES, default="local",
                           help="where the data comes from, as for `kbert train`")
     evaluate.add_argument("--out", help="write the metrics to this JSON file")
-    evaluate.set_defaults(run=_evaluate)
 
-    export = commands.add_parser("export", help="write a trained model as a SavedModel for TF Serving")
+    export = command("export", "write a trained model as a SavedModel for TF Serving", _export)
     export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
     export.add_argument("--name", required=True, help="the model's name: writes OUT/NAME/VERSION/")
-    export.add_argument("--out", default="saved_models")
-    export.add_argument("--version", type=int, default=None, help="default: one more than the highest")
+    export.add_argument("--out", default="saved_models", help="the folder of served models")
+    export.add_argument("--version", type=_positive_int, default=None, help="default: one more than the highest")
     export.add_argument("--overwrite", action="store_true", help="replace an existing version")
     export.add_argument("--texts", choices=("single", "pairs"), default=None,
                         help="for a classifier or embedder: single texts or pairs (default: as trained)")
-    export.set_defaults(run=_export)
 
-    predict = commands.add_parser("predict", help="run an exported SavedModel on texts (one JSON line each)")
+    predict = command("predict", "run an exported SavedModel on texts (one JSON line each)", _predict)
     predict.add_argument("saved_model", help="a model folder of versions (saved_models/spam) or a version folder")
-    predict.add_argument("texts", nargs="+", help="texts, grouped per example in the model's input order: "
+    predict.add_argument("texts", nargs="*", help="texts, grouped per example in the model's input order: "
                                                   "text [text_pair] | question context | context choice...")
-    predict.set_defaults(run=_predict)
+    predict.add_argument("--file", help="read the texts from this file, one per line, after any "
+                                        "given as arguments ('-': standard input); bytes are sent "
+                                        "as they are, whatever their encoding")
 
-    presets = commands.add_parser("presets", help="list encoder sizes and parameter counts")
-    presets.add_argument("--vocabulary-size", type=int, default=30522)
-    presets.set_defaults(run=_presets)
+    presets = command("presets", "list encoder sizes and parameter counts", _presets)
+    presets.add_argument("--vocabulary-size", type=_positive_int, default=30522,
+                         help="the vocabulary the counts assume")
     return parser
 
 

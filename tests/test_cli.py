@@ -1,3 +1,5 @@
+import pytest
+
 import kbert
 from kbert import cli
 from tests.callbacks.event_files import scalars, texts
@@ -75,8 +77,30 @@ def test_prepare_pretraining_writes_shards_once(tmp_path, capsys):
     names = sorted(p.name for p in (tmp_path / "prepared").iterdir())
     assert names == ["metadata.json", "pairs-00000.tfrecord", "vocab.txt"]
     assert cli.main(arguments) == 2
-    assert "exists" in capsys.readouterr().err
+    # The command's flag, not the library's keyword argument.
+    err = capsys.readouterr().err
+    assert "exists; pass --overwrite to replace it" in err and "overwrite=True" not in err
     assert cli.main(arguments + ["--overwrite"]) == 0
+
+
+def test_prepare_pretraining_shows_plain_progress_when_not_on_a_terminal(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus", documents=3, sentences=10)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n")
+    assert cli.main(["prepare-pretraining", "--corpus", str(tmp_path / "corpus" / "*.txt"),
+                     "--vocabulary", str(tmp_path / "vocab.txt"), "--out", str(tmp_path / "prepared"),
+                     "--sequence-length", "32", "--examples-per-shard", "5"]) == 0
+    captured = capsys.readouterr()
+    shards = int(captured.out.split(" shard(s)")[0].rsplit(" ", 1)[-1])
+    assert shards > 2
+    # capsys is no terminal: whole lines, no escape codes or carriage returns.
+    assert "\x1b[" not in captured.err and "\r" not in captured.err
+    progress = [line for line in captured.err.splitlines() if line.startswith("Reading the corpus")]
+    # A line at each completed shard, and a last one with the totals.
+    assert len(progress) == shards
+    assert progress[-1].startswith(f"Reading the corpus: 3/3 file(s), 3 documents, ")
+    assert f", {shards} shard(s) (" in progress[-1]
+    counts = [int(line.split(" pairs")[0].rsplit(" ", 1)[-1].replace(",", "")) for line in progress]
+    assert counts == sorted(counts) and counts[0] == 5
 
 
 def test_fill_mask_needs_a_vocabulary(tmp_path, capsys):
@@ -138,7 +162,135 @@ def test_export_writes_versions_that_predict_reads(tmp_path, capsys):
     assert cli.main(["export", str(tmp_path / "spam.keras"), "--name", "spam", "--out", out]) == 0
     assert "saved_models/spam/1" in capsys.readouterr().out
     assert cli.main(["export", str(tmp_path / "spam.keras"), "--name", "spam", "--out", out, "--version", "1"]) == 2
-    assert "exists" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "exists; choose another --version, or pass --overwrite" in err and "overwrite=True" not in err
     assert cli.main(["predict", out + "/spam", "the cat", "a dog"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and all('"labels"' in line for line in lines)
+
+
+def run_cli(*arguments, kill_at_step=None):
+    """`kbert ARGUMENTS...` in a process of its own, killed after optimizer step `kill_at_step`."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "models" / "pretraining_run.py"
+    kill = () if kill_at_step is None else ("--kill-at-step", str(kill_at_step))
+    return subprocess.run([sys.executable, str(script), "cli", *kill, *arguments],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_pretrain_killed_after_a_backup_resumes_exactly(tmp_path):
+    import json
+    import signal
+
+    import numpy as np
+
+    write_corpus(tmp_path / "corpus", documents=4, sentences=20)
+    # The tiny preset has dropout: the resumed run must draw the same masks.
+
+    def arguments(out):
+        return pretrain_arguments(tmp_path / "corpus", tmp_path / out) + [
+            "--steps-per-epoch", "30", "--epochs", "2", "--backup-every", "10"]
+
+    killed = run_cli(*arguments("run"), kill_at_step=53)
+    assert killed.returncode == -signal.SIGKILL
+    backup = json.loads((tmp_path / "run" / "backup" / "training_metadata.json").read_text())
+    assert (backup["step"], backup["epoch"], backup["batches_done"]) == (50, 1, 20)
+
+    resumed = run_cli(*arguments("run"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count("Resuming from the backup") == 1
+    assert "at step 50 (epoch 2, 20 batch(es) into it)." in resumed.stdout
+    straight = run_cli(*arguments("straight"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert "Resuming" not in straight.stdout
+
+    models = [kbert.load_model(str(tmp_path / name / "pretrainer.keras")) for name in ("run", "straight")]
+    # 60 steps, as asked (not 50 + another 30), with the same weights to the bit.
+    assert [int(m.optimizer.iterations.numpy()) for m in models] == [60, 60]
+    for a, b in zip(*(m.get_weights() for m in models)):
+        np.testing.assert_array_equal(a, b)
+
+
+def all_actions(parser):
+    """`(command, action)` for every option and argument of the parser and its commands."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from ((f"{name} {action_name}", sub_action)
+                            for action_name, sub_action in all_actions(sub))
+        else:
+            yield "", action
+
+
+def test_every_option_of_every_command_has_help():
+    parser = cli.build_parser()
+    actions = list(all_actions(parser))
+    assert len(actions) > 80
+    missing = [(command, action.dest) for command, action in actions if not action.help]
+    assert missing == []
+    commands = next(a for a in parser._actions if a.choices and "pretrain" in a.choices)
+    assert all(choice.help for choice in commands._choices_actions)
+
+
+def test_help_shows_defaults():
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["pretrain"].format_help()
+    assert "(default: 500)" in help_text and "(default: mini)" in help_text
+
+
+def test_help_is_instant_and_loads_no_tensorflow():
+    import subprocess
+    import sys
+    import time
+
+    # As the `kbert` console script runs it: argv[0] is the script, then `from kbert.cli import main`.
+    code = ("import sys; sys.argv[0] = '/usr/local/bin/kbert'; from kbert.cli import main, build_parser\n"
+            "for command in [[], *[[name] for name in build_parser()._subparsers._group_actions[0].choices]]:\n"
+            "    try:\n"
+            "        main([*command, '--help'])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'keras_hub'))\n"
+            "print('heavy modules:', heavy[:3])\n")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0, result.stderr
+    assert "heavy modules: []" in result.stdout
+    assert "usage: kbert [-h] COMMAND" in result.stdout and "usage: kbert pretrain" in result.stdout
+    # No TensorFlow, absl, oneDNN or CUDA log lines: nothing at all on stderr.
+    assert result.stderr == ""
+    assert elapsed < 2.0, elapsed
+
+
+def test_import_kbert_registers_its_classes_with_keras(tmp_path):
+    import subprocess
+    import sys
+
+    import kbert
+    from tests.test_case import TINY_VOCABULARY
+
+    path = str(tmp_path / "model.keras")
+    kbert.classifier("tiny", num_classes=2, vocabulary=TINY_VOCABULARY, sequence_length=8, num_layers=1).save(path)
+    # A program (not the `kbert` command) that imports kbert, then loads with Keras alone.
+    code = f"import kbert, keras; print(type(keras.saving.load_model({path!r})).__name__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "Classifier"
+
+
+def test_errors_name_the_command_flags_not_python_arguments(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat\n")
+    assert cli.main(["vocabulary", str(corpus), "--size", "3", "--out", str(tmp_path / "v.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--size must exceed 5" in err and "vocabulary_size" not in err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--batch-size", "0"])
+    assert exit_.value.code == 2
+    assert "argument --batch-size: must be an integer of at least 1, got '0'" in capsys.readouterr().err

@@ -49,17 +49,29 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     still the batches finished, except that it may overshoot in a short
     last execution of an epoch (whose end backup then corrects it).
 
+    - The random state of the model's layers is backed up too. Keras keeps
+      it (dropout's, for one) in `keras.random.SeedGenerator` variables that
+      `save_weights` leaves out; without them a resumed run would draw other
+      dropout masks than an uninterrupted one. They are stored in the
+      metadata file, so they always match its weights.
+
+    A `fit` that restores a backup says so once (unless `verbose=False`):
+    the step it resumes from, the epoch and the batches done in it.
+
     Keras wants the model built before `fit` (call it on a batch, or give
     it an `Input`). `backup_dir` must be a local directory used by nothing
-    else. The restore puts back what `save_weights` writes; state kept
-    outside Keras variables (a learning rate schedule's Python attributes,
-    the data pipeline's position) is the caller's to restore.
+    else. The restore puts back what `save_weights` writes and the layers'
+    seed generators; other state kept outside the model's variables (a
+    learning rate schedule's Python attributes, the data pipeline's
+    position, random ops called without a layer's seed generator) is the
+    caller's to restore.
 
     Args:
         backup_dir: the directory of the backup.
         save_freq: back up every this many batches (and at each epoch end);
             `"epoch"` for epoch ends only.
         delete_checkpoint: delete the backup when `fit` ends normally.
+        verbose: print a line when a `fit` resumes from a backup.
 
     Example:
     >>> import numpy as np, tempfile
@@ -72,7 +84,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     {'epoch': 1, 'batches_done': 0, 'step': 4}
     """
 
-    def __init__(self, backup_dir, save_freq=500, delete_checkpoint=True):
+    def __init__(self, backup_dir, save_freq=500, delete_checkpoint=True, verbose=True):
         if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int)
                                      or save_freq < 1):
             raise ValueError(f"`save_freq` must be a positive integer or 'epoch', got {save_freq!r}.")
@@ -83,6 +95,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._batches_skipped = 0
         self._batch_offset = 0
         self._first_step = 0
+        self.verbose = bool(verbose)
 
     def peek(self):
         """The position of the backup, or `None` when there is none.
@@ -90,7 +103,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         Returns:
             A dict with `epoch` (the epoch to run next), `batches_done`
             (batches of it already done), `step` (the optimizer's iterations),
-            `first_step` (its value when the run began) and `weights_file` (the weights' file name in `backup_dir`).
+            `first_step` (its value when the run began), `weights_file` (the
+            weights' file name in `backup_dir`) and `seed_generators` (the
+            state of each of the model's seed generators).
         """
         try:
             with open(self._training_metadata_path) as file:
@@ -129,7 +144,14 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             # The optimizer's variables must exist for `load_weights` to fill them.
             optimizer.build(self.model.trainable_variables)
         self.model.load_weights(weights)
+        restored_seeds = self._restore_seed_generators(position.get("seed_generators"))
         self.model._initial_epoch = position["epoch"]
+        if self.verbose:
+            print(f"Resuming from the backup in {self.backup_dir} at step {position['step']} "
+                  f"(epoch {position['epoch'] + 1}, {position['batches_done']} batch(es) into it)"
+                  + ("" if restored_seeds else "; its random state (dropout) was not saved, so "
+                     "the rest of the run draws other dropout masks than an uninterrupted one")
+                  + ".", flush=True)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -166,9 +188,28 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 "step": step,
                 "first_step": self._first_step,
                 "weights_file": weights_file,
+                # In the model's order; the paths are for people reading it.
+                "seed_generators": [
+                    [variable.path, [int(v) for v in keras.ops.convert_to_numpy(variable)]]
+                    for variable in _seed_generator_states(self.model)
+                ],
             }
         )
         self._remove_stale_files(keep=weights_file)
+
+    def _restore_seed_generators(self, saved):
+        """Puts back the seed generators' states; `False` if the backup has none for them."""
+        states = _seed_generator_states(self.model)
+        if not states:
+            return True
+        # Matched by order, as `load_weights` matches weights: the paths hold
+        # automatic layer names, which differ in a process that built other
+        # models first.
+        if saved is None or len(saved) != len(states):
+            return False
+        for variable, (_, value) in zip(states, saved):
+            variable.assign(value)
+        return True
 
     def _write_weights(self, path):
         write_atomically(path, lambda temporary: self.model.save_weights(temporary, overwrite=True))
@@ -185,3 +226,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         for name in os.listdir(self.backup_dir):
             if name != keep and _WEIGHTS_NAME.fullmatch(name):
                 os.remove(os.path.join(self.backup_dir, name))
+
+
+def _seed_generator_states(model):
+    """The state variables of the `keras.random.SeedGenerator`s of the model's layers, in order."""
+    return [v for v in model.variables if v.name == "seed_generator_state"]

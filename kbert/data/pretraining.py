@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -167,9 +168,70 @@ def _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentenc
     return _TextPairs(corpus_files(corpus), tokenizer, builder, document_boundary)
 
 
+class _Progress:
+    """Counts of a long pass over a corpus, shown while it runs (on stderr).
+
+    On a terminal one line is rewritten in place (a carriage return, no
+    escape codes) a few times a second; elsewhere (a log file, a pipe) plain
+    lines come every `_PLAIN_INTERVAL` seconds and whenever `show` is forced,
+    so a log holds no control characters. `finish` ends with a last line.
+    """
+
+    def __init__(self, describe, verbose=True, stream=None):
+        self.describe = describe  # () -> the line of counts
+        self.verbose = verbose
+        self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.terminal = bool(isatty and isatty())
+        self.start = self.last = time.monotonic()
+        self.width = 0
+
+    def show(self, force=False):
+        if not self.verbose:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < (_TERMINAL_INTERVAL if self.terminal else _PLAIN_INTERVAL):
+            return
+        self.last = now
+        line = f"{self.describe()} ({now - self.start:.0f} s)"
+        if self.terminal:
+            # Spaces cover the end of a longer line written before.
+            self.stream.write("\r" + line.ljust(self.width))
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def finish(self):
+        if not self.verbose:
+            return
+        self.show(force=True)
+        if self.terminal:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# Seconds between progress lines: rewritten on a terminal, appended elsewhere.
+_TERMINAL_INTERVAL = 0.2
+_PLAIN_INTERVAL = 10.0
+
+
+def _reading(source, pairs, shards=None):
+    """The progress line of a pass: files, documents, pairs (and shards)."""
+    stats = source.corpus_stats
+    line = (f"Reading the corpus: {stats.files:,}/{len(source.files):,} file(s), "
+            f"{stats.documents:,} documents, {pairs:,} pairs")
+    return line + (f", {shards:,} shard(s)" if shards is not None else "")
+
+
 def _count(source, verbose):
     """One pass over the pairs: their number, and errors raised here, not in tf.data."""
-    count = sum(1 for _ in source())
+    count = 0
+    progress = _Progress(lambda: _reading(source, count), verbose)
+    for _ in source():
+        count += 1
+        progress.show()
+    progress.finish()
     if verbose:
         print(f"Pretraining corpus: {source.summary()}", file=sys.stderr, flush=True)
     if count == 0:
@@ -260,7 +322,8 @@ def pretraining_dataset(
         tokenizer: a `kbert.Tokenizer`, instead of `vocabulary`.
         lowercase: for the tokenizer made from `vocabulary`.
         count_examples: count the examples first (see above).
-        verbose: print what the corpus gave, and what was skipped.
+        verbose: show the counting pass's progress (files, documents,
+            pairs) on stderr, then what the corpus gave and what was skipped.
 
     Example (`folder` is any writable directory):
     >>> with open(os.path.join(folder, "cats.txt"), "w") as file:
@@ -493,6 +556,11 @@ def prepare_pretraining_data(
     written aside and renamed into place when complete, so a reader never
     sees half of it.
 
+    With `verbose`, the files, documents, pairs and shards done so far are
+    shown on stderr while it runs (a line rewritten in place on a terminal;
+    elsewhere a plain line every 10 s and at each completed shard), then a
+    summary of what was read and skipped.
+
     Returns:
         The metadata dict.
     """
@@ -506,18 +574,22 @@ def prepare_pretraining_data(
                           short_sequence_rate, document_boundary, document_buffer, seed)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    shards, writer, count = [], None, 0
+    progress = _Progress(lambda: _reading(source, count, len(shards)), verbose)
     try:
-        shards, writer, count = [], None, 0
         for segment_a, segment_b, label in source():
             if count % examples_per_shard == 0:
                 if writer:
                     writer.close()
+                    progress.show(force=True)  # a shard is complete
                 shards.append(f"pairs-{len(shards):05d}.tfrecord")
                 writer = tf.io.TFRecordWriter(str(staging / shards[-1]))
             writer.write(_pair_example(segment_a, segment_b, label))
             count += 1
+            progress.show()
         if writer:
             writer.close()
+        progress.finish()
         if verbose:
             print(f"Pretraining corpus: {source.summary()}", file=sys.stderr, flush=True)
         if count == 0:

@@ -195,54 +195,67 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         `(x, y, sample_weight)`, see the class docstring); other datasets and
         dicts of arrays work as well.
 
-        A `kbert.pretraining_dataset` becomes one endless stream of epochs
-        (pairs reshuffled and masks redrawn each), of which each Keras epoch
-        takes `steps_per_epoch` batches (default: one pass). With a
-        `kbert.callbacks.BackupAndRestore` among the callbacks, a run that was
-        killed resumes at the exact batch after its last backup, with the
-        masks it would have drawn: the resumed run trains the same steps on
-        the same batches as one that was never interrupted.
+        A `tf.data.Dataset` (a `kbert.pretraining_dataset`, the same
+        repeated, or any other) becomes one endless stream of epochs, of which
+        each Keras epoch takes `steps_per_epoch` batches (default: one pass);
+        a `kbert.pretraining_dataset` reshuffles its pairs and redraws its
+        masks each pass. With a `kbert.callbacks.BackupAndRestore` among the
+        callbacks, a run that was killed resumes at the exact batch after its
+        last backup, with its learning-rate schedule and dropout state, and
+        ends at the step an uninterrupted run ends at: both train the same
+        steps on the same batches. A `kbert.pretraining_dataset` jumps to that
+        batch; another dataset is read again up to it, so it must give the
+        same batches every time it is read (fixed seeds), as it must for any
+        exact resume. Arrays, and datasets of unknown length without
+        `steps_per_epoch`, resume as plain Keras does, at the start of the
+        interrupted epoch.
         """
-        stream = getattr(x, "kbert_stream", None)
-        batches_per_pass = _known_steps(x, batch_size)
-        if stream is None or batches_per_pass is None:
-            self._start_learning_rate_window(
-                x, steps_per_epoch, epochs - initial_epoch, batch_size=batch_size
-            )
-            return super().fit(x, y, batch_size=batch_size, epochs=epochs,
-                               steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
-                               callbacks=callbacks, **kwargs)
-
-        steps_per_epoch = steps_per_epoch or batches_per_pass
-        first_step = int(self.optimizer.iterations.numpy())
-        done = 0
+        callbacks = list(callbacks or [])
         backup = _find_backup(callbacks)
         position = backup.peek() if backup is not None else None
+        stream, batches_per_pass = _batch_stream(x, batch_size)
+        steps_per_epoch = steps_per_epoch or (batches_per_pass if stream is not None else None)
+        if stream is None or steps_per_epoch is None or y is not None:
+            # (A dataset with `y` is Keras' to refuse.)
+            return self._fit_as_keras(x, y, batch_size, epochs, steps_per_epoch, initial_epoch,
+                                      callbacks, position, **kwargs)
+
+        first_step = int(self.optimizer.iterations.numpy())
+        done = 0
         if position is not None:
             first_step = position["first_step"]
             done = position["step"] - first_step
             backup.set_batches_skipped(position["batches_done"])
-        total = steps_per_epoch * (epochs - initial_epoch)
+        total = steps_per_epoch * max(epochs - initial_epoch, 0)
         start_schedule_window(self.optimizer, first_step, total)
-        callbacks = list(callbacks or []) + [_StopAtStep(first_step + total)]
-        kwargs.setdefault("shuffle", False)  # the stream reshuffles each pass itself
+        callbacks.append(_StopAtStep(first_step + total))
+        kwargs.setdefault("shuffle", False)  # a stream reshuffles itself, if at all
         # The stream restarts at batch `done`: the rest of that pass, then
-        # endless further passes, each drawing its own masks.
+        # endless further passes.
         return super().fit(stream(done), epochs=epochs, steps_per_epoch=steps_per_epoch,
                            initial_epoch=initial_epoch, callbacks=callbacks, **kwargs)
 
-    def _start_learning_rate_window(self, dataset, steps_per_epoch, epochs, batch_size=None):
-        """Fits the warm-up and decay of the "auto" schedule to the steps `fit` will run.
+    def _fit_as_keras(self, x, y, batch_size, epochs, steps_per_epoch, initial_epoch, callbacks,
+                      position, **kwargs):
+        """Keras' own `fit`, with the schedule and the last step of the whole run.
 
-        Without `steps_per_epoch` the steps are the dataset's cardinality (or,
-        for arrays, the batches they make); when unknown (an endless or
-        filtered dataset) the schedule warms up no more and keeps its peak.
+        Without a backup, the warm-up and decay fit the steps `fit` will run:
+        `steps_per_epoch` or the data's batches (unknown for a dataset of
+        unknown length: the schedule then keeps its peak after warm-up). A
+        resumed run keeps the window of the run it continues, and stops at
+        its last step.
         """
-        steps = steps_per_epoch
-        if steps is None:
-            steps = _known_steps(dataset, batch_size)
-        total = None if steps is None else steps * max(epochs, 1)
-        start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
+        steps = steps_per_epoch or _known_steps(x, batch_size)
+        total = None if steps is None else steps * max(epochs - initial_epoch, 0)
+        first_step = int(self.optimizer.iterations.numpy())
+        if position is not None:
+            first_step = position["first_step"]
+        start_schedule_window(self.optimizer, first_step, total)
+        if total is not None:
+            callbacks = callbacks + [_StopAtStep(first_step + total)]
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                           steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
+                           callbacks=callbacks, **kwargs)
 
     def get_config(self):
         return {
@@ -277,6 +290,38 @@ class _StopAtStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if int(self.model.optimizer.iterations.numpy()) >= self.last_step:
             self.model.stop_training = True
+
+
+def _batch_stream(x, batch_size):
+    """`(stream, batches_per_pass)` for a dataset; `(None, None)` for other data.
+
+    `stream(start)` is the dataset's endless sequence of batches from batch
+    `start` on; `batches_per_pass` is `None` when the length is unknown. A
+    `kbert.pretraining_dataset`, or the same `.repeat()`-ed, has a stream
+    that numbers its passes in the graph and jumps to any batch; another
+    dataset is repeated and read up to `start`, so every pass after the
+    first is read as a new iteration of the dataset, just as an
+    uninterrupted run reads it.
+    """
+    if not isinstance(x, tf.data.Dataset):
+        return None, None
+    kbert_dataset = x
+    if getattr(x, "kbert_stream", None) is None and int(x.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        # `.repeat()` makes a new dataset, without the attributes: look below it.
+        kbert_dataset = getattr(x, "_input_dataset", None)
+    kbert_stream = getattr(kbert_dataset, "kbert_stream", None)
+    if kbert_stream is not None:
+        passes = _known_steps(kbert_dataset, batch_size)
+        if passes is not None:
+            return kbert_stream, passes
+    batches_per_pass = _known_steps(x, batch_size)
+
+    def stream(start=0):
+        # Reading the skipped batches, rather than jumping over them, keeps
+        # per-iteration randomness (a reshuffling `shuffle`) in step.
+        return x.repeat().skip(int(start))
+
+    return stream, batches_per_pass
 
 
 def _known_steps(x, batch_size):

@@ -68,8 +68,11 @@ def learn_vocabulary(
         data: a list or array of texts, a `tf.data.Dataset` of texts (or of
             `(text, label)`), or a list of file paths or glob patterns (every
             one matching files), read one text per line.
-        vocabulary_size: the most tokens to learn; the learner lands within
-            5 % below it when the text has enough distinct pieces.
+        vocabulary_size: the number of tokens to learn. The result has
+            exactly this many, unless the text has fewer distinct pieces
+            (then all of them), or the special tokens and the alphabet
+            (each character alone and as a `##` continuation) alone are
+            more (then those).
         lowercase, strip_accents: as for `kbert.Tokenizer`; use the same
             values for the tokenizer that uses the vocabulary.
         files: file paths or glob patterns, instead of `data`.
@@ -123,13 +126,80 @@ def learn_vocabulary(
         print(f"Learning WordPiece pieces from {len(counts):,} distinct words ...", flush=True)
     start = time.time()
     word_counts = [(word.decode("utf-8"), count) for word, count in counts.items()]
-    vocabulary = learner.learn(
-        word_counts,
-        vocab_size=int(vocabulary_size),
-        reserved_tokens=list(SPECIAL_TOKENS),
-        lower_thresh=1,
-        max_unique_chars=max_unique_characters,
-    )
+    vocabulary = _learn_to_size(word_counts, int(vocabulary_size), max_unique_characters)
     if verbose:
-        print(f"Learned {len(vocabulary):,} tokens in {time.time() - start:.1f} s.", flush=True)
+        line = f"Learned {len(vocabulary):,} tokens in {time.time() - start:.1f} s"
+        if len(vocabulary) < int(vocabulary_size):
+            line += " (all the text gives: every piece seen at least once is in)"
+        elif len(vocabulary) > int(vocabulary_size):
+            line += (f" (more than {int(vocabulary_size):,}: the special tokens and every "
+                     "character, alone and as a ## continuation, must be in)")
+        print(line + ".", flush=True)
     return vocabulary
+
+
+def _learn_to_size(word_counts, vocabulary_size, max_unique_characters):
+    """TF-Text's WordPiece learner, made to give `vocabulary_size` tokens.
+
+    The learner keeps the pieces seen at least `threshold` times, and its own
+    search for the threshold stops anywhere within 5 % below the size, or
+    above it when no threshold lands there (one more count can drop hundreds
+    of pieces). Here the search finds the highest threshold that gives at
+    least `vocabulary_size` tokens, and the least frequent pieces are then
+    dropped down to the size: the learner lists its pieces by count, so this
+    is the same cut a threshold between two counts would make. Every
+    character stays, alone and as a `##` continuation, so any word of the
+    alphabet can still be tokenized.
+    """
+    params = learner.Params(
+        upper_thresh=int(1e7), lower_thresh=1, num_iterations=4, max_input_tokens=int(5e6),
+        max_token_length=50, max_unique_chars=max_unique_characters,
+        vocab_size=vocabulary_size, slack_ratio=0.0, include_joiner_token=True, joiner="##",
+        reserved_tokens=list(SPECIAL_TOKENS),
+    )
+    upper, lower = learner.get_search_threshs(word_counts, params.upper_thresh, params.lower_thresh)
+    words = learner.get_input_words(word_counts, params.reserved_tokens, params.max_token_length)
+    words = learner.filter_input_words(
+        words, learner.get_allowed_chars(words, params.max_unique_chars), params.max_input_tokens
+    )
+    learned = {}  # threshold -> vocabulary
+
+    def learn(threshold):
+        if threshold not in learned:
+            learned[threshold] = learner.learn_with_thresh(words, threshold, params)
+        return learned[threshold]
+
+    # Vocabulary size falls as the threshold rises; find the highest threshold
+    # that still gives enough tokens (or the lowest, 1, when none does).
+    if len(learn(lower)) >= vocabulary_size:
+        while lower < upper:
+            middle = (lower + upper + 1) // 2
+            size = len(learn(middle))
+            if size >= vocabulary_size:
+                lower = middle
+                if size <= vocabulary_size * 1.05:
+                    break  # close enough: the cut below drops only the rarest
+            else:
+                upper = middle - 1
+    return _cut(learn(lower), vocabulary_size)
+
+
+def _cut(vocabulary, size):
+    """The first `size` tokens of a learner's vocabulary, keeping those coverage needs.
+
+    The learner lists the special tokens, the characters, then the pieces
+    from the most frequent down; single characters and their `##`
+    continuations are kept wherever they are listed.
+    """
+    required = set(SPECIAL_TOKENS) | {
+        token for token in vocabulary if len(token) == 1 or (token.startswith("##") and len(token) == 3)
+    }
+    room = size - len(required)
+    kept = []
+    for token in vocabulary:
+        if token in required:
+            kept.append(token)
+        elif room > 0:
+            kept.append(token)
+            room -= 1
+    return kept

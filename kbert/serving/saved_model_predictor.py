@@ -54,6 +54,10 @@ class SavedModelPredictor:
     def predict_texts(self, texts):
         """Groups a flat list of texts into examples, in `inputs` order, and predicts.
 
+        Texts are `str` or `bytes`; bytes go to the model as they are, so
+        text in any encoding, or not valid UTF-8, gets the model's own
+        answer (its tokenizer replaces invalid UTF-8).
+
         A single-text model takes one text per example; a pair classifier
         `text, text_pair`; question answering `question, context`; multiple
         choice `context` then each choice.
@@ -78,12 +82,29 @@ class SavedModelPredictor:
         missing = [name for name in self.inputs if name not in columns]
         if missing:
             raise ValueError(f"Missing inputs {missing}; this model takes {self._describe()}.")
-        tensors = {name: tf.constant(columns[name], tf.string) for name in self.inputs}
+        tensors = {name: tf.constant(_as_bytes(columns[name]), tf.string) for name in self.inputs}
         outputs = {name: value.numpy() for name, value in self._signature(**tensors).items()}
         return [_example(outputs, i) for i in range(len(columns[self.inputs[0]]))]
 
     def _describe(self):
         return ", ".join(f"{name} x{width}" if width > 1 else name for name, width in self._widths.items())
+
+
+def _as_bytes(value):
+    """Texts as bytes: `bytes` as they are, `str` as UTF-8.
+
+    A `str` may hold lone surrogates where it was decoded with
+    `surrogateescape` (as Python decodes command-line arguments and file
+    names): they become the bytes they stand for, so any bytes can be sent.
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape")
+    return [_as_bytes(item) for item in value]
 
 
 def _example(outputs, index):

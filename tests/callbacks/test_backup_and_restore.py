@@ -185,3 +185,67 @@ def test_a_later_fit_of_the_restored_model_starts_at_its_own_first_epoch(tmp_pat
 def test_rejects_a_bad_save_freq(tmp_path, save_freq):
     with pytest.raises(ValueError, match="save_freq"):
         BackupAndRestore(tmp_path, save_freq=save_freq)
+
+
+def dropout_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dropout(0.5),
+                              keras.layers.Dense(2)])
+    model.compile("sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=False)
+    return model
+
+
+def seed_states(model):
+    return [keras.ops.convert_to_numpy(v).tolist() for v in model.variables
+            if v.name == "seed_generator_state"]
+
+
+def test_dropout_random_state_is_backed_up_and_restored_and_the_resume_is_said(tmp_path, capsys):
+    backup_dir = tmp_path / "backup"
+    recorder = BatchRecorder()
+
+    class SeedRecorder(keras.callbacks.Callback):
+        states = {}
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.states[recorder.epoch, batch] = seed_states(self.model)
+
+    with pytest.raises(Interrupted):
+        fit(dropout_model(), [BackupAndRestore(backup_dir, save_freq=3), recorder, SeedRecorder(),
+                              Interrupt(epoch=1, batch=4)])
+    assert position(BackupAndRestore(backup_dir)) == (1, 3, 11)
+    assert capsys.readouterr().out == ""  # nothing to resume from yet
+
+    model = dropout_model(seed=5)  # other weights, other initial seeds
+    restored = StateAtTrainBegin()
+
+    class SeedsAtTrainBegin(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.states = seed_states(self.model)
+
+    seeds = SeedsAtTrainBegin()
+    fit(model, [BackupAndRestore(backup_dir, save_freq=3), restored, seeds])
+    # Weights and the dropout layer's seed generator as they were after step 11.
+    assert_same_state(restored.initial_state, recorder.states[1, 2])
+    assert seeds.states == SeedRecorder.states[1, 2] and seeds.states[0][1] == 11
+    out = capsys.readouterr().out
+    assert out.count("Resuming from the backup") == 1
+    assert f"in {backup_dir} at step 11 (epoch 2, 3 batch(es) into it)." in out
+
+
+def test_a_backup_without_random_state_says_that_dropout_will_differ(tmp_path, capsys):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        fit(dropout_model(), [BackupAndRestore(backup_dir, save_freq=3), Interrupt(epoch=0, batch=4)])
+    metadata = json.loads((backup_dir / "training_metadata.json").read_text())
+    del metadata["seed_generators"]  # as a backup written before they were kept
+    (backup_dir / "training_metadata.json").write_text(json.dumps(metadata))
+    fit(dropout_model(), [BackupAndRestore(backup_dir, save_freq=3)])
+    assert "other dropout masks than an uninterrupted one" in capsys.readouterr().out
+    # Quiet: nothing said.
+    with pytest.raises(Interrupted):
+        fit(dropout_model(), [BackupAndRestore(backup_dir, save_freq=3), Interrupt(epoch=0, batch=4)])
+    capsys.readouterr()
+    fit(dropout_model(), [BackupAndRestore(backup_dir, save_freq=3, verbose=False)])
+    assert capsys.readouterr().out == ""

@@ -416,3 +416,34 @@ def test_a_one_file_corpus_warns_that_nsp_gets_no_not_next_pairs(tmp_path, vocab
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make_dataset(one_file, vocabulary, next_sentence=False)
+
+
+def test_progress_rewrites_one_line_on_a_terminal_and_appends_lines_elsewhere(monkeypatch):
+    import io
+
+    from kbert.data import pretraining
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(pretraining, "_TERMINAL_INTERVAL", 0.0)
+    monkeypatch.setattr(pretraining, "_PLAIN_INTERVAL", 0.0)
+    outputs = {}
+    for name, stream in (("terminal", Terminal()), ("file", io.StringIO())):
+        count = 0
+        progress = pretraining._Progress(lambda: f"pairs {count:,}" + " done" * (count == 1000), stream=stream)
+        for count in (1, 10, 1000):
+            progress.show()
+        progress.finish()
+        outputs[name] = stream.getvalue()
+    assert outputs["file"].splitlines() == [
+        "pairs 1 (0 s)", "pairs 10 (0 s)", "pairs 1,000 done (0 s)", "pairs 1,000 done (0 s)"]
+    terminal = outputs["terminal"]
+    assert terminal.count("\n") == 1 and terminal.endswith("\n") and "\x1b[" not in terminal
+    assert terminal.split("\r")[1:] == ["pairs 1 (0 s)", "pairs 10 (0 s)", "pairs 1,000 done (0 s)",
+                                        "pairs 1,000 done (0 s)\n"]
+    # Quiet: nothing at all.
+    quiet = io.StringIO()
+    pretraining._Progress(lambda: "x", verbose=False, stream=quiet).finish()
+    assert quiet.getvalue() == ""

@@ -248,3 +248,56 @@ def test_mixed_precision_gives_float32_logits():
 def test_refuses_what_is_not_an_encoder():
     with pytest.raises(TypeError, match="must be a kbert.Encoder, got Dense"):
         Pretrainer(keras.layers.Dense(3))
+
+
+class _Interrupted(RuntimeError):
+    pass
+
+
+class _InterruptAtStep(keras.callbacks.Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            raise _Interrupted(f"interrupted after step {self.step}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("feed", ["repeated", "arrays"])
+def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed):
+    # Four distinct batches of two; dropout on. (tests/models/test_pretrainer_runs.py
+    # kills whole runs fed by pretraining datasets, finite or repeated.)
+    x, y, sample_weight = pretraining_batch(batch=8)
+    data = tf.data.Dataset.from_tensor_slices((x, y, sample_weight)).batch(2)
+    fit_arguments = {
+        "repeated": dict(x=data.repeat(), steps_per_epoch=3),
+        "arrays": dict(x=x, y=y, sample_weight=sample_weight, batch_size=2, shuffle=False),
+    }[feed]
+
+    def new_model():
+        keras.utils.set_random_seed(0)
+        model = tiny_pretrainer(vocabulary_size=VOCABULARY_SIZE, dropout=0.1)
+        model.compile(jit_compile=False)  # XLA would compile longer than these steps run
+        return model
+
+    def fit(model, backup_dir, *callbacks):
+        backup = kbert.callbacks.BackupAndRestore(tmp_path / backup_dir, save_freq=2, verbose=False)
+        model.fit(**fit_arguments, epochs=2, verbose=0, callbacks=[backup, *callbacks])
+        return int(model.optimizer.iterations.numpy())
+
+    straight = new_model()
+    total = fit(straight, "straight")
+    assert total == (6 if feed == "repeated" else 8)
+    model = new_model()
+    with pytest.raises(_Interrupted):
+        fit(model, "interrupted", _InterruptAtStep(total - 1))
+    # The same model object (a step past its backup) resumes from the backup.
+    # The run ends at its last step, whatever the feed (not a whole epoch more).
+    assert fit(model, "interrupted") == total
+    if feed == "repeated":
+        # A dataset continues at the batch after the backup: the same steps,
+        # batches, learning rates and dropout masks as the uninterrupted run.
+        for a, b in zip(straight.get_weights(), model.get_weights()):
+            np.testing.assert_array_equal(a, b)

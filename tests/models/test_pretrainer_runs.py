@@ -37,32 +37,64 @@ def corpus(tmp_path):
     pretraining_run.write_corpus(tmp_path / "corpus")
 
 
-def test_a_run_killed_mid_epoch_resumes_and_ends_as_if_never_stopped(tmp_path, corpus):
-    result, out = run(tmp_path, "straight")
-    assert result.returncode == 0, result.stderr[-3000:]
-    straight_weights, straight = load(out)
+@pytest.fixture(scope="module")
+def straight_runs(tmp_path_factory):
+    """Uninterrupted runs, one per set of arguments, shared by the tests of this module."""
+    folder = tmp_path_factory.mktemp("straight")
+    pretraining_run.write_corpus(folder / "corpus")
+    runs = {}
+
+    def straight(*arguments):
+        if arguments not in runs:
+            result, out = run(folder, f"straight{len(runs)}", *arguments)
+            assert result.returncode == 0, result.stderr[-3000:]
+            runs[arguments] = load(out)
+        return runs[arguments]
+
+    return straight
+
+
+# Dropout on: its random state must be restored for the weights to match.
+DROPOUT = ("--dropout", "0.1")
+
+
+@pytest.mark.parametrize(
+    "feed, steps_per_epoch",
+    [("stream", None), ("plain", None), ("repeat", 7)],
+    ids=["pretraining-dataset", "plain-finite-dataset", "repeated-dataset-with-steps-per-epoch"],
+)
+def test_a_run_killed_mid_epoch_resumes_and_ends_as_if_never_stopped(
+    tmp_path, corpus, straight_runs, feed, steps_per_epoch
+):
+    steps = () if steps_per_epoch is None else ("--steps-per-epoch", str(steps_per_epoch))
+    # The uninterrupted run reads the pretraining dataset itself: the other
+    # ways of feeding the same batches must train the same steps.
+    straight_weights, straight = straight_runs(*DROPOUT, *steps)
     per_epoch = straight["batches_per_epoch"]
     assert straight["steps"] == 2 * per_epoch
 
     # Killed in the second epoch, two batches after a backup: backups come at
     # each epoch end and every 3 batches of an epoch.
     kill_at = per_epoch + 5
-    result, _ = run(tmp_path, "interrupted", "--kill-at-step", str(kill_at))
+    arguments = (*DROPOUT, *steps, "--feed", feed)
+    result, _ = run(tmp_path, "interrupted", *arguments, "--kill-at-step", str(kill_at))
     assert result.returncode == -signal.SIGKILL
     metadata = json.loads((tmp_path / "interrupted" / "backup" / "training_metadata.json").read_text())
     assert metadata["step"] == per_epoch + 3
     assert metadata["epoch"] == 1 and 0 < metadata["batches_done"] < per_epoch
 
-    result, out = run(tmp_path, "interrupted")
+    result, out = run(tmp_path, "interrupted", *arguments)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("Resuming from the backup") == 1
+    assert f"at step {metadata['step']} (epoch 2, 3 batch(es) into it)." in result.stdout
     resumed_weights, resumed = load(out)
     # Only the steps after the backup ran again, and the run ended where the
-    # uninterrupted one did, with the same weights: the same batches, the
-    # same masks and the same learning rates were used.
+    # uninterrupted one did, with the same weights to the bit: the same
+    # batches, masks, dropout masks and learning rates were used.
     assert resumed["steps"] == straight["steps"]
     assert len(resumed["batches"]) == straight["steps"] - metadata["step"]
     for a, b in zip(straight_weights, resumed_weights):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_array_equal(a, b)
     # A run that ends normally removes its backup.
     assert not (tmp_path / "interrupted" / "backup").exists()
 

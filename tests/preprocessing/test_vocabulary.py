@@ -1,3 +1,4 @@
+import itertools
 import re
 
 import numpy as np
@@ -6,7 +7,12 @@ import tensorflow as tf
 
 import kbert
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS
-from tests.preprocessing.conftest import bert_normalize, sms_spam_texts
+from tests.preprocessing.conftest import (
+    bert_normalize,
+    data_file,
+    sms_spam_texts,
+    sst2_dev_sentences,
+)
 
 SPECIALS = list(SPECIAL_TOKENS)
 
@@ -16,6 +22,13 @@ TEXTS = [
     "Café naïve 日本 😀 cats, dogs?",
     "ΣΑΣ straße [MASK] the end",
 ]
+
+
+def sst2_train_sentences(limit):
+    """The first `limit` sentences of GLUE SST-2 train (column 0, header skipped)."""
+    with open(data_file("glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+        lines = f.read().splitlines()[1 : limit + 1]
+    return [line.split("\t")[0] for line in lines]
 
 
 def learn(data=None, **kwargs):
@@ -203,22 +216,56 @@ def test_quiet_prints_nothing(capsys):
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="The TF-Text learner's threshold search can stop above vocabulary_size "
-    "(here 11 tokens for a size of 10, though the 9-token alphabet fits).",
-)
-def test_vocabulary_size_is_an_upper_bound():
+def test_vocabulary_size_is_met_even_where_one_count_drops_many_pieces():
+    # A few pieces seen often, the 27 words of three letters once each: the
+    # learner's threshold jumps from far too many tokens (42) to far too few,
+    # and TF-Text's own search returns 42 for all these sizes.
+    texts = ["ab ba ab", "bc cb bc", " ".join("".join(p) for p in itertools.product("abc", repeat=3))]
+    for size in (15, 20, 30):
+        vocabulary = learn(texts, vocabulary_size=size)
+        assert len(vocabulary) == size
+        assert len(set(vocabulary)) == size
+
+
+def test_the_alphabet_is_kept_when_it_alone_exceeds_the_size():
     vocabulary = learn(["ab ba ab"], vocabulary_size=10)
     assert len(vocabulary) <= 10
+    vocabulary = learn(["abcdef"], vocabulary_size=10)
+    # 5 special tokens and 6 characters, alone and as ## continuations.
+    assert len(vocabulary) == 17
+    tokenizer = kbert.Tokenizer(vocabulary)
+    assert tokenizer.unk_token_id not in tokenizer(["fed cab"]).flat_values.numpy()
+
+
+def test_a_short_text_gives_every_piece_it_has():
+    vocabulary = learn(["the cat sat"], vocabulary_size=500)
+    assert 5 < len(vocabulary) < 500
+    assert {"the", "cat", "sat"} <= set(vocabulary)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [1000, 2000])
+def test_vocabulary_size_is_met_within_one_percent_on_real_text(size):
+    texts = sst2_train_sentences(3000)
+    vocabulary = learn(texts, vocabulary_size=size)
+    assert abs(len(vocabulary) - size) <= 0.01 * size
+    assert vocabulary[:5] == SPECIALS and len(set(vocabulary)) == len(vocabulary)
+    tokenizer = kbert.Tokenizer(vocabulary)
+    # Every character is kept: the training text has no [UNK], and unseen
+    # text has one only for a word with a character the text never had.
+    assert tokenizer.unk_token_id not in tokenizer(texts).flat_values.numpy()
+    dev = sst2_dev_sentences()
+    unknown = tokenizer(dev).flat_values.numpy().tolist().count(tokenizer.unk_token_id)
+    alphabet = {token for token in vocabulary if len(token) == 1}
+    words = [w.decode() for w in tokenizer.pre_tokenize(dev).flat_values.numpy()]
+    assert unknown <= sum(1 for word in words if not set(word) <= alphabet)
 
 
 @pytest.mark.slow
 def test_vocabulary_size_is_respected_on_a_real_corpus():
     texts = sms_spam_texts()
     vocabulary = learn(texts, vocabulary_size=2000)
-    # The documented contract: at most vocabulary_size, within 5 % below it.
-    assert 1900 <= len(vocabulary) <= 2000
+    assert len(vocabulary) == 2000
     assert len(set(vocabulary)) == len(vocabulary)
     tokenizer = kbert.Tokenizer(vocabulary)
     ids = tokenizer(texts).flat_values.numpy()

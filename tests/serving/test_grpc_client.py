@@ -73,3 +73,42 @@ def test_the_client_gets_the_saved_model_answers_over_grpc(exported, server, cap
     assert f"text: [{expected['text'].numpy()[0]!r}]" in capsys.readouterr().out
     with pytest.raises(grpc.RpcError, match="Servable not found"):
         client.predict(server, "spam", {"text": ["x"]})
+
+
+def free_local_port():
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_no_server_is_one_clear_line_not_a_traceback(capsys):
+    client = load_client()
+    target = f"127.0.0.1:{free_local_port()}"
+    status = client.main(["--target", target, "--model", "spam", "--input", "text=hi",
+                          "--timeout", "10"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"no model server answers at {target}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_input_no_kbert_model_takes_is_refused_before_sending(capsys):
+    client = load_client()
+    # Nobody listens there either: the name is refused before any call.
+    with pytest.raises(SystemExit) as exit_:
+        client.main(["--target", f"127.0.0.1:{free_local_port()}", "--model", "spam",
+                     "--input", "txt=hi"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "no kbert model takes an input named 'txt'" in err and "text (classifier" in err
+    assert "Traceback" not in err
+
+
+def test_a_refused_request_says_what_the_server_said(server, capsys):
+    client = load_client()
+    assert client.main(["--target", server, "--model", "spam", "--input", "text=hi"]) == 1
+    err = capsys.readouterr().err
+    assert "refused the request: NOT_FOUND: Servable not found: spam" in err

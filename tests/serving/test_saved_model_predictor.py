@@ -54,3 +54,32 @@ def test_a_wrong_number_of_texts_is_explained(exported, capsys):
     assert "takes 2 texts per example (question, context); got 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="Missing inputs"):
         SavedModelPredictor(path).predict({"question": ["who?"]})
+
+
+def test_any_bytes_reach_the_model_from_a_file_stdin_or_arguments(exported, capsys, tmp_path, monkeypatch):
+    import io
+    import os
+
+    _, path = exported["classifier"]
+    # Not UTF-8: the model's tokenizer drops the bad bytes (as U+FFFD) and
+    # answers as for the rest of the text.
+    invalid = b"free \xff\xfe prize now"
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes(invalid + b"\r\nthe cat sat\n\n")
+    from_file = predict_lines(capsys, path, ["--file", str(texts)])
+    assert len(from_file) == 3  # the empty line is an empty text
+    expected = SavedModelPredictor(path).predict_texts(["free  prize now", "the cat sat", ""])
+    np.testing.assert_allclose([line["probabilities"] for line in from_file],
+                               [e["probabilities"] for e in expected], atol=1e-6)
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(invalid + b"\n")))
+    from_stdin = predict_lines(capsys, path, ["--file", "-"])
+    # Python keeps undecodable bytes of an argument as surrogates; they are sent back as bytes.
+    from_argument = predict_lines(capsys, path, [os.fsdecode(invalid)])
+    assert from_stdin == from_argument == from_file[:1]
+
+
+def test_predict_needs_texts(exported, capsys):
+    _, path = exported["classifier"]
+    assert cli.main(["predict", path]) == 2
+    assert "--file" in capsys.readouterr().err
