@@ -6,9 +6,20 @@ A group runs whole on one worker, so a fixture is built once per group:
 - each tutorial is a group of its own (they share nothing and are the
   longest tests, so they spread over the workers);
 - any other module is one group, so its module fixtures are built once.
+
+Memory (a worker stays under 4 GB): each process prints its peak at the end
+(tests/memory.py); what a test frees goes back to the system, and when a
+module ends, the models and graphs only it held go too (`release_memory`);
+the few tests that build a gigabyte-sized model run in a process of their
+own (`OWN_PROCESS`).
 """
 
+import ctypes
+import ctypes.util
+import gc
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,11 +27,31 @@ import pytest
 # Set before `import kbert`, which imports huggingface_hub (it reads this once).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tests.memory import MemoryReport, current_mb
+
+# TensorFlow's oneDNN build keeps every tensor buffer it ever allocated in a
+# pool it never returns: a worker would stay at the largest memory any test
+# needed (12 GB), plus what later tests need on top. The system allocator
+# returns freed buffers (the kernels and their results are the same). Set
+# before TensorFlow first allocates; subprocesses and notebook kernels
+# inherit it.
+os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
+
 # Before any test module imports TensorFlow: the tests run with the settings
 # `import kbert` gives users (TensorFlow's oneDNN kernels on).
 import kbert  # noqa: E402, F401
 
 FOLDER_GROUPS = ("serving", "checkpoints")
+
+# Tests whose model alone takes gigabytes (BERT-large: 1.3 GB of weights, 2 GB
+# while it is built): each runs in a pytest process of its own, so that memory
+# does not come on top of what its worker already holds.
+OWN_PROCESS = {
+    "tests/models/test_encoder.py::test_paper_sizes_have_the_papers_parameter_counts[large-335141888]",
+}
+IN_OWN_PROCESS = "KBERT_TEST_IN_OWN_PROCESS"  # set in that process
+
+rss_at_setup = pytest.StashKey[float]()
 
 
 def xdist_group_of(item):
@@ -32,8 +63,82 @@ def xdist_group_of(item):
     return "/".join(parts)
 
 
-# First, so pytest-xdist's own hook sees the groups when it reads them.
+def run_in_own_process(item):
+    """Replaces the test's call by a pytest run of that test alone, which must pass."""
+    nodeid, root = item.nodeid, str(item.config.rootpath)
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
+
+    def runtest():
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", nodeid],
+            cwd=root, env={**environment, IN_OWN_PROCESS: "1"}, capture_output=True, text=True,
+        )
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines or not lines[-1].startswith("1 passed"):
+            pytest.fail(f"{nodeid}, run in a process of its own:\n{result.stdout}\n{result.stderr[-3000:]}",
+                        pytrace=False)
+
+    item.runtest = runtest
+
+
+# First, so pytest-xdist's own hook sees the groups when it reads them (and
+# before it appends the group to the node ids).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+        if item.nodeid in OWN_PROCESS and not os.environ.get(IN_OWN_PROCESS):
+            run_in_own_process(item)
+
+
+def pytest_configure(config):
+    # Each worker's peak memory and the modules that grew it, printed at the end.
+    config.pluginmanager.register(MemoryReport(config), "kbert-memory-report")
+
+
+def _malloc_trim():
+    """glibc's `malloc_trim`, which hands the heap's free pages back to the system; elsewhere a no-op."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return lambda pad: 0
+
+
+malloc_trim = _malloc_trim()
+
+
+COLLECT_AFTER_MB = 100
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[rss_at_setup] = current_mb()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    # After the test's fixtures are gone. A model lives in reference cycles
+    # that Python's collector, which counts objects, not bytes, may not look
+    # at for a while: a test that grew memory by 100 MB gets them collected
+    # now. Then freed memory goes from the C heap back to the system (a few
+    # milliseconds).
+    if current_mb() - item.stash.get(rss_at_setup, 0.0) > COLLECT_AFTER_MB:
+        gc.collect()
+    malloc_trim(0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def release_memory():
+    """After each module: Keras' global state, unreachable models and graphs, freed heap pages.
+
+    What a module no longer holds goes (its module fixtures are torn down
+    before this one); what is still held stays (a folder group's session
+    fixtures). TensorFlow itself keeps some graphs of each `fit` (those
+    of optimizer variables created in the first step).
+    """
+    yield
+    import keras
+
+    keras.backend.clear_session(free_memory=True)
+    gc.collect()
+    malloc_trim(0)
