@@ -277,13 +277,14 @@ class TaggerPreprocessor(TaskPreprocessor):
         def per_text(flat, default):
             return words.with_flat_values(flat).to_tensor(default_value=default)
 
+        char_starts, char_ends = characters_before(texts, byte_starts, byte_ends)
         return {
             "words": per_text(words.flat_values, ""),
             "tags": per_text(tagged["tags"], ""),
             "tag_ids": per_text(tagged["tag_ids"], -1),
             "scores": per_text(tagged["scores"], 0.0),
-            "word_starts": per_text(characters_before(texts, byte_starts), -1),
-            "word_ends": per_text(characters_before(texts, byte_ends), -1),
+            "word_starts": per_text(char_starts, -1),
+            "word_ends": per_text(char_ends, -1),
             "word_counts": tf.cast(words.row_lengths(), tf.int32),
         }
 
@@ -299,20 +300,25 @@ class TaggerPreprocessor(TaskPreprocessor):
         return config
 
 
-def characters_before(texts, byte_offsets):
-    """Character offsets of byte offsets into their texts (ragged like them), int32.
+def characters_before(texts, *byte_offsets):
+    """Character offsets of byte offsets into their texts (each ragged like them), int32.
 
-    How many characters of the text start before each offset: one search per
-    text, linear in its length.
+    How many characters of the text start before each offset: the texts are
+    split into characters once, then one search per text, linear in its
+    length, for each tensor of offsets.
     """
     _, char_byte_starts = tf.strings.unicode_split_with_offsets(texts, "UTF-8")
     char_byte_starts = char_byte_starts.to_tensor(default_value=tf.int64.max)
     char_byte_starts = tf.pad(char_byte_starts, [[0, 0], [0, 1]], constant_values=tf.int64.max)
-    # A padding column on both sides keeps the search valid for empty batches.
-    offsets = tf.pad(byte_offsets.to_tensor(), [[0, 0], [0, 1]])
-    counts = tf.searchsorted(char_byte_starts, offsets, side="left")[:, :-1]
-    flat = tf.RaggedTensor.from_tensor(counts, lengths=byte_offsets.row_lengths()).flat_values
-    return tf.cast(flat, tf.int32)
+
+    def search(offsets):
+        # A padding column on both sides keeps the search valid for empty batches.
+        padded = tf.pad(offsets.to_tensor(), [[0, 0], [0, 1]])
+        counts = tf.searchsorted(char_byte_starts, padded, side="left")[:, :-1]
+        flat = tf.RaggedTensor.from_tensor(counts, lengths=offsets.row_lengths()).flat_values
+        return tf.cast(flat, tf.int32)
+
+    return [search(offsets) for offsets in byte_offsets]
 
 
 def check_labels(labels):
