@@ -256,12 +256,14 @@ def _read_lines(path):
 def _presets(args):
     from kbert.presets import PRESETS, parameter_count
 
-    print(f"{'preset':<8} {'L':>3} {'H':>5} {'A':>3} {'I':>5} {'parameters':>12}  "
+    print(f"{'preset':<15} {'L':>3} {'H':>5} {'A':>3} {'I':>6} {'E':>5} {'shared':>6} {'parameters':>12}  "
           f"(vocabulary {args.vocabulary_size})")
     for name, p in PRESETS.items():
         count = parameter_count(name, args.vocabulary_size)
-        print(f"{name:<8} {p['num_layers']:>3} {p['hidden_dim']:>5} {p['num_heads']:>3} "
-              f"{p['intermediate_dim']:>5} {count:>12,}")
+        shared = "yes" if p.get("num_groups", p["num_layers"]) < p["num_layers"] else "no"
+        print(f"{name:<15} {p['num_layers']:>3} {p['hidden_dim']:>5} {p['num_heads']:>3} "
+              f"{p['intermediate_dim']:>6} {p.get('embedding_size', p['hidden_dim']):>5} {shared:>6} "
+              f"{count:>12,}")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

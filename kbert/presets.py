@@ -1,7 +1,11 @@
-"""Encoder sizes: the BERT paper's base and large, and the smaller models of
-Turc et al. (2019), "Well-Read Students Learn Better" (tiny to medium).
+"""Encoder sizes: the BERT paper's base and large, the smaller BERTs of Turc et
+al. (2019), "Well-Read Students Learn Better" (tiny to medium), and ALBERT's
+four (Lan et al., 2019).
 
-L is `num_layers`, H `hidden_dim`, A `num_heads`; the feed-forward size is 4H.
+L is `num_layers`, H `hidden_dim`, A `num_heads`, I `intermediate_dim` (4H),
+E `embedding_size` (H for BERT, 128 for ALBERT). ALBERT presets share one set
+of block weights across all layers (`num_groups=1`) and use GELU's tanh form,
+as ALBERT's published (v2) checkpoints do.
 """
 
 PRESETS = {
@@ -11,25 +15,52 @@ PRESETS = {
     "medium": {"num_layers": 8, "hidden_dim": 512, "num_heads": 8},
     "base": {"num_layers": 12, "hidden_dim": 768, "num_heads": 12},
     "large": {"num_layers": 24, "hidden_dim": 1024, "num_heads": 16},
+    "albert-base": {"num_layers": 12, "hidden_dim": 768, "num_heads": 12},
+    "albert-large": {"num_layers": 24, "hidden_dim": 1024, "num_heads": 16},
+    "albert-xlarge": {"num_layers": 24, "hidden_dim": 2048, "num_heads": 16},
+    "albert-xxlarge": {"num_layers": 12, "hidden_dim": 4096, "num_heads": 64},
 }
-for _preset in PRESETS.values():
+for _name, _preset in PRESETS.items():
     _preset["intermediate_dim"] = 4 * _preset["hidden_dim"]
+    if _name.startswith("albert-"):
+        _preset.update(embedding_size=128, num_groups=1, activation="gelu_approximate")
 
 
 def preset_config(name):
     """The encoder arguments of a preset, or a clear error for an unknown name."""
     if name not in PRESETS:
-        raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS, key=list(PRESETS).index)}.")
+        raise ValueError(f"Unknown preset {name!r}; the presets are {list(PRESETS)}.")
     return dict(PRESETS[name])
 
 
-def parameter_count(name, vocabulary_size, max_sequence_length=512, num_segments=2):
-    """Weights of a preset encoder, counted from its shapes (pooler included)."""
-    p = preset_config(name)
-    h, i, layers = p["hidden_dim"], p["intermediate_dim"], p["num_layers"]
-    embeddings = (vocabulary_size + max_sequence_length + num_segments) * h + 2 * h
+def encoder_parameter_count(
+    vocabulary_size,
+    num_layers,
+    hidden_dim,
+    intermediate_dim,
+    max_sequence_length=512,
+    num_segments=2,
+    embedding_size=None,
+    num_groups=None,
+    num_inner_repetitions=1,
+    **unused,
+):
+    """Weights of an encoder of these arguments, counted from its shapes (pooler included)."""
+    h, i = hidden_dim, intermediate_dim
+    e = h if embedding_size is None else embedding_size
+    blocks = (num_layers if num_groups is None else num_groups) * num_inner_repetitions
+    embeddings = (vocabulary_size + max_sequence_length + num_segments) * e + 2 * e
+    projection = 0 if e == h else e * h + h
     attention = 4 * (h * h + h)
     feed_forward = h * i + i + i * h + h
     layer_norms = 2 * 2 * h
     pooler = h * h + h
-    return embeddings + layers * (attention + feed_forward + layer_norms) + pooler
+    return embeddings + projection + blocks * (attention + feed_forward + layer_norms) + pooler
+
+
+def parameter_count(name, vocabulary_size, max_sequence_length=512, num_segments=2):
+    """Weights of a preset encoder, counted from its shapes (pooler included)."""
+    return encoder_parameter_count(
+        vocabulary_size, max_sequence_length=max_sequence_length, num_segments=num_segments,
+        **preset_config(name),
+    )

@@ -37,15 +37,14 @@ def attention_scores(encoder, inputs):
     token_ids = keras.ops.convert_to_tensor(inputs["token_ids"], "int32")
     segment_ids = keras.ops.convert_to_tensor(inputs["segment_ids"], "int32")
     padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], "int32")
-    # The embedding part of the encoder's graph, as `Encoder.__init__` wires it.
-    tokens = encoder.token_embedding(token_ids)
-    x = encoder.embeddings_add(
-        [tokens, encoder.position_embedding(tokens), encoder.segment_embedding(segment_ids)]
-    )
-    x = encoder.embeddings_dropout(encoder.embeddings_layer_norm(x), training=False)
+    x = encoder.embed(token_ids, segment_ids, training=False)
     scores = []
-    for layer in encoder.transformer_layers:
-        x, layer_scores = layer(x, padding_mask=padding_mask, training=False, return_attention_scores=True)
+    for blocks in encoder.layer_blocks:
+        for layer in blocks:
+            x, layer_scores = layer(
+                x, padding_mask=padding_mask, training=False, return_attention_scores=True
+            )
+        # A layer's map is that of its last block (ALBERT groups may hold several).
         scores.append(np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(layer_scores, "float32"))))
     return scores
 

@@ -1,9 +1,24 @@
-"""The BERT encoder: embeddings, a stack of Transformer blocks, a pooler."""
+"""The BERT encoder (and ALBERT's): embeddings, a stack of Transformer blocks, a pooler."""
 
 import keras
 import keras_hub
 
 from kbert.presets import preset_config
+
+# The feed-forward activations: BERT's exact (erf) GELU, and the tanh
+# approximation ALBERT v2 checkpoints were trained with ("gelu_new").
+ACTIVATIONS = ("gelu", "gelu_approximate")
+
+
+@keras.saving.register_keras_serializable(package="kbert")
+def gelu_approximate(x):
+    """GELU's tanh approximation (`gelu_new` in Hugging Face configs)."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+def _activation(name):
+    # keras' "gelu" is the exact one by default.
+    return "gelu" if name == "gelu" else gelu_approximate
 
 
 def bert_initializer():
@@ -19,6 +34,21 @@ class Encoder(keras.Model):
     (LayerNorm, epsilon 1e-12) and dropped out; `num_layers` post-LayerNorm
     Transformer blocks (keras-hub's `TransformerEncoder`, exact GELU) follow;
     a dense tanh pooler reads the first token (`[CLS]`).
+
+    Two options make it ALBERT's encoder (Lan et al., 2019; see the
+    `albert-*` presets):
+
+    - **Factorized embeddings**: with `embedding_size` E smaller than
+      `hidden_dim` H, the embeddings are E wide and a dense layer projects
+      them to H (V x E + E x H weights instead of V x H).
+    - **Cross-layer parameter sharing**: the `num_layers` layers are split
+      into `num_groups` equal runs; all layers of a run apply the same
+      blocks (`num_inner_repetitions` of them, one after the other), so
+      with `num_groups=1` every layer shares one set of weights. The
+      default, `num_groups=num_layers`, shares nothing (BERT).
+
+    With `embedding_size=hidden_dim` (the default) and no sharing the
+    encoder is exactly BERT's: the same variables and outputs.
 
     Inputs are a dict of int tensors of shape `(batch, sequence)`:
     `token_ids`, `segment_ids` (0 or 1) and `padding_mask` (1 on real tokens).
@@ -38,6 +68,14 @@ class Encoder(keras.Model):
         dropout: dropout rate of embeddings, attention and feed-forward.
         max_sequence_length: positions with a learned embedding.
         num_segments: segment (token type) ids the model knows.
+        embedding_size: width of the token, segment and position embeddings
+            (E); default `hidden_dim`, without a projection.
+        num_groups: runs of layers that share weights; must divide
+            `num_layers`. Default `num_layers` (no sharing).
+        num_inner_repetitions: distinct blocks in each group, applied in
+            turn at every layer of the group.
+        activation: `"gelu"` (exact, BERT's) or `"gelu_approximate"` (tanh
+            form, ALBERT's).
         dtype: a dtype or `keras.DTypePolicy`, e.g. `"mixed_bfloat16"`.
 
     Example:
@@ -61,9 +99,15 @@ class Encoder(keras.Model):
         dropout=0.1,
         max_sequence_length=512,
         num_segments=2,
+        embedding_size=None,
+        num_groups=None,
+        num_inner_repetitions=1,
+        activation="gelu",
         dtype=None,
         **kwargs,
     ):
+        embedding_size = hidden_dim if embedding_size is None else embedding_size
+        num_groups = num_layers if num_groups is None else num_groups
         for name, value in [
             ("vocabulary_size", vocabulary_size),
             ("num_layers", num_layers),
@@ -72,9 +116,19 @@ class Encoder(keras.Model):
             ("intermediate_dim", intermediate_dim),
             ("max_sequence_length", max_sequence_length),
             ("num_segments", num_segments),
+            ("embedding_size", embedding_size),
+            ("num_groups", num_groups),
+            ("num_inner_repetitions", num_inner_repetitions),
         ]:
-            if int(value) != value or value < 1:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if num_layers % num_groups:
+            raise ValueError(
+                f"`num_groups` ({num_groups}) must divide `num_layers` ({num_layers}): each group "
+                "is an equal run of layers."
+            )
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
         if hidden_dim % num_heads:
             raise ValueError(
                 f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
@@ -85,7 +139,7 @@ class Encoder(keras.Model):
         # === Layers ===
         self.token_embedding = keras_hub.layers.ReversibleEmbedding(
             input_dim=vocabulary_size,
-            output_dim=hidden_dim,
+            output_dim=embedding_size,
             embeddings_initializer=bert_initializer(),
             dtype=dtype,
             name="token_embedding",
@@ -98,7 +152,7 @@ class Encoder(keras.Model):
         )
         self.segment_embedding = keras.layers.Embedding(
             input_dim=num_segments,
-            output_dim=hidden_dim,
+            output_dim=embedding_size,
             embeddings_initializer=bert_initializer(),
             dtype=dtype,
             name="segment_embedding",
@@ -110,18 +164,45 @@ class Encoder(keras.Model):
         self.embeddings_dropout = keras.layers.Dropout(
             dropout, dtype=dtype, name="embeddings_dropout"
         )
-        self.transformer_layers = [
-            keras_hub.layers.TransformerEncoder(
+        self.embedding_projection = None
+        if embedding_size != hidden_dim:
+            self.embedding_projection = keras.layers.Dense(
+                hidden_dim,
+                kernel_initializer=bert_initializer(),
+                dtype=dtype,
+                name="embedding_projection",
+            )
+        shared = num_groups != num_layers or num_inner_repetitions != 1
+
+        def block(name):
+            return keras_hub.layers.TransformerEncoder(
                 intermediate_dim=intermediate_dim,
                 num_heads=num_heads,
                 dropout=dropout,
-                activation="gelu",  # exact (erf) GELU, as BERT
+                activation=_activation(activation),
                 layer_norm_epsilon=1e-12,
                 kernel_initializer=bert_initializer(),
                 normalize_first=False,
                 dtype=dtype,
-                name=f"transformer_layer_{i}",
+                name=name,
             )
+
+        # The distinct blocks: one per layer (BERT), or per group and inner
+        # repetition (ALBERT), applied in the order `layer_blocks` gives.
+        if shared:
+            self.transformer_layers = [
+                block(f"transformer_group_{g}_layer_{k}")
+                for g in range(num_groups)
+                for k in range(num_inner_repetitions)
+            ]
+        else:
+            self.transformer_layers = [block(f"transformer_layer_{i}") for i in range(num_layers)]
+        layers_per_group = num_layers // num_groups
+        self.layer_blocks = [
+            self.transformer_layers[
+                (i // layers_per_group) * num_inner_repetitions : (i // layers_per_group + 1)
+                * num_inner_repetitions
+            ]
             for i in range(num_layers)
         ]
         self.pooler_dense = keras.layers.Dense(
@@ -136,14 +217,11 @@ class Encoder(keras.Model):
         token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
         segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
         padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        tokens = self.token_embedding(token_ids)
-        positions = self.position_embedding(tokens)
-        segments = self.segment_embedding(segment_ids)
-        x = self.embeddings_add([tokens, positions, segments])
-        x = self.embeddings_dropout(self.embeddings_layer_norm(x))
+        x = self.embed(token_ids, segment_ids)
         encoder_outputs = []
-        for layer in self.transformer_layers:
-            x = layer(x, padding_mask=padding_mask)
+        for blocks in self.layer_blocks:
+            for layer in blocks:
+                x = layer(x, padding_mask=padding_mask)
             encoder_outputs.append(x)
         pooled = self.pooler_dense(x[:, 0, :])
         super().__init__(
@@ -170,6 +248,21 @@ class Encoder(keras.Model):
         self.dropout = dropout
         self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
+        self.embedding_size = embedding_size
+        self.num_groups = num_groups
+        self.num_inner_repetitions = num_inner_repetitions
+        self.activation = activation
+
+    def embed(self, token_ids, segment_ids, training=None):
+        """The first Transformer block's input: summed embeddings, normalised, dropped out, projected."""
+        tokens = self.token_embedding(token_ids)
+        positions = self.position_embedding(tokens)
+        segments = self.segment_embedding(segment_ids)
+        x = self.embeddings_add([tokens, positions, segments])
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
+        if self.embedding_projection is not None:
+            x = self.embedding_projection(x)
+        return x
 
     @property
     def layer_dtype_policy(self):
@@ -232,6 +325,10 @@ class Encoder(keras.Model):
             "dropout": self.dropout,
             "max_sequence_length": self.max_sequence_length,
             "num_segments": self.num_segments,
+            "embedding_size": self.embedding_size,
+            "num_groups": self.num_groups,
+            "num_inner_repetitions": self.num_inner_repetitions,
+            "activation": self.activation,
         }
 
     @classmethod
