@@ -13,8 +13,12 @@ TINY_VOCABULARY = [
 ]  # fmt: skip
 
 
-def tiny_encoder_kwargs(vocabulary_size=len(TINY_VOCABULARY)):
-    return {
+# The encoder families every task must accept: BERT, and ALBERT (E < H, one shared block).
+ARCHITECTURES = ("bert", "albert")
+
+
+def tiny_encoder_kwargs(vocabulary_size=len(TINY_VOCABULARY), architecture="bert"):
+    kwargs = {
         "vocabulary_size": vocabulary_size,
         "num_layers": 2,
         "hidden_dim": 16,
@@ -22,6 +26,11 @@ def tiny_encoder_kwargs(vocabulary_size=len(TINY_VOCABULARY)):
         "intermediate_dim": 32,
         "max_sequence_length": 32,
     }
+    if architecture == "albert":
+        kwargs.update(embedding_size=8, num_groups=1, activation="gelu_approximate")
+    elif architecture != "bert":
+        raise ValueError(f"Unknown architecture {architecture!r}; tests know {ARCHITECTURES}.")
+    return kwargs
 
 
 def to_numpy(value):

@@ -10,6 +10,15 @@ def test_presets_lists_the_paper_parameter_counts(capsys):
     assert cli.main(["presets"]) == 0
     out = capsys.readouterr().out
     assert "109,482,240" in out and "335,141,888" in out and "4,385,920" in out
+    albert_base = next(line for line in out.splitlines() if line.startswith("albert-base "))
+    assert albert_base.split()[1:] == ["12", "768", "12", "3072", "128", "yes", "11,750,400"]
+
+
+def test_presets_counts_a_chosen_vocabulary(capsys):
+    assert cli.main(["presets", "--vocabulary-size", "30000"]) == 0
+    out = capsys.readouterr().out
+    # The published ALBERT models' counts (keras-hub's presets record the same).
+    assert all(count in out for count in ["11,683,584", "17,683,968", "58,724,864", "222,595,584"])
 
 
 def test_vocabulary_learns_from_files(tmp_path, capsys):

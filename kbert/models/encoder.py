@@ -1,5 +1,7 @@
 """The BERT encoder (and ALBERT's): embeddings, a stack of Transformer blocks, a pooler."""
 
+import numbers
+
 import keras
 import keras_hub
 
@@ -120,7 +122,7 @@ class Encoder(keras.Model):
             ("num_groups", num_groups),
             ("num_inner_repetitions", num_inner_repetitions),
         ]:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
         if num_layers % num_groups:
             raise ValueError(

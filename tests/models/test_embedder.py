@@ -6,6 +6,7 @@ import pytest
 
 import kbert
 from tests.test_case import (
+    ARCHITECTURES,
     TINY_VOCABULARY,
     assert_all_close,
     run_config_round_trip,
@@ -16,9 +17,9 @@ from tests.test_case import (
 TEXTS = ["the cat sat on the mat", "a good film", "free prize now!", "see"]
 
 
-def tiny_parts(sequence_length=12, num_layers=3):
+def tiny_parts(sequence_length=12, num_layers=3, architecture="bert"):
     preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
-    encoder = kbert.Encoder(**{**tiny_encoder_kwargs(), "num_layers": num_layers})
+    encoder = kbert.Encoder(**{**tiny_encoder_kwargs(architecture=architecture), "num_layers": num_layers})
     return encoder, preprocessor
 
 
@@ -33,8 +34,9 @@ def encoder_outputs(encoder, preprocessor, texts):
     return inputs["padding_mask"].numpy(), keras.tree.map_structure(np.asarray, outputs)
 
 
-def test_task_harness(tmp_path):
-    encoder, preprocessor = tiny_parts()
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_task_harness(tmp_path, architecture):
+    encoder, preprocessor = tiny_parts(architecture=architecture)
     embedder = kbert.Embedder(encoder, preprocessor, normalize=True)
     restored, outputs = run_task_test(embedder, TEXTS, None, tmp_path, trains=False,
                                       request={"text": TEXTS})

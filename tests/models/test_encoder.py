@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import kbert
-from kbert.presets import PRESETS, parameter_count
-from tests.test_case import assert_all_close, run_config_round_trip, tiny_encoder_kwargs
+from kbert.presets import PRESETS, encoder_parameter_count, parameter_count
+from tests.test_case import TINY_VOCABULARY, assert_all_close, run_config_round_trip, tiny_encoder_kwargs
 
 
 def encoder_inputs(batch=2, length=6, vocabulary_size=27, seed=0):
@@ -145,3 +145,123 @@ def test_paper_sizes_have_the_papers_parameter_counts(name, expected):
     assert encoder.count_params() == expected == parameter_count(name, 30522)
     paper = {"base": 110e6, "large": 340e6}[name]
     assert abs(expected - paper) / paper < 0.02
+
+
+def albert_kwargs(**overrides):
+    """A tiny ALBERT: E < H, 4 layers in 2 groups of 2 distinct blocks."""
+    kwargs = {**tiny_encoder_kwargs(), "num_layers": 4, "embedding_size": 8, "num_groups": 2,
+              "num_inner_repetitions": 2, "activation": "gelu_approximate"}
+    kwargs.update(overrides)
+    return kwargs
+
+
+def test_factorized_embeddings_and_sharing_have_the_hand_counted_parameters():
+    v, e, h, i, positions = len(TINY_VOCABULARY), 8, 16, 32, 32
+    embeddings = (v + positions + 2) * e + 2 * e
+    projection = e * h + h
+    block = 4 * (h * h + h) + (h * i + i + i * h + h) + 4 * h
+    pooler = h * h + h
+    for groups, inner in [(1, 1), (2, 2), (4, 1)]:
+        encoder = kbert.Encoder(**albert_kwargs(num_groups=groups, num_inner_repetitions=inner))
+        assert len(encoder.transformer_layers) == groups * inner
+        assert encoder.count_params() == embeddings + projection + groups * inner * block + pooler
+        assert encoder.count_params() == encoder_parameter_count(**encoder.get_config())
+
+
+def test_shared_layers_are_one_set_of_variables():
+    encoder = kbert.Encoder(**albert_kwargs(num_groups=1, num_inner_repetitions=1, dropout=0.0))
+    assert len(encoder.transformer_layers) == 1
+    assert all(blocks == encoder.transformer_layers for blocks in encoder.layer_blocks)
+    inputs = encoder_inputs()
+    before = [x.numpy() for x in encoder(inputs)["encoder_outputs"]]
+    assert len(before) == 4
+    # One change to the shared weights changes every layer's output.
+    kernel = encoder.transformer_layers[0]._feedforward_output_dense.kernel
+    kernel.assign(kernel.numpy() * 1.5)
+    after = [x.numpy() for x in encoder(inputs)["encoder_outputs"]]
+    for old, new in zip(before, after):
+        assert np.abs(old - new).max() > 1e-3
+
+
+def test_groups_apply_their_blocks_in_order():
+    # Layer i uses group i // (layers per group); each group's inner blocks run in turn.
+    encoder = kbert.Encoder(**albert_kwargs(num_layers=6, num_groups=3, num_inner_repetitions=2))
+    names = [[block.name for block in blocks] for blocks in encoder.layer_blocks]
+    assert names == [[f"transformer_group_{g}_layer_0", f"transformer_group_{g}_layer_1"]
+                     for g in (0, 0, 1, 1, 2, 2)]
+
+
+def test_embedding_size_equal_to_hidden_without_sharing_is_exactly_bert():
+    bert = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.0)
+    same = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.0, embedding_size=16, num_groups=2)
+    assert same.embedding_projection is None
+    assert [w.path for w in same.weights] == [w.path for w in bert.weights]
+    same.set_weights(bert.get_weights())
+    assert_all_close(bert(encoder_inputs()), same(encoder_inputs()), atol=0)
+
+
+def test_albert_config_round_trip_and_save(tmp_path):
+    encoder = kbert.Encoder(**albert_kwargs())
+    run_config_round_trip(encoder, encoder_inputs())
+    path = str(tmp_path / "albert.keras")
+    encoder.save(path)
+    assert_all_close(encoder(encoder_inputs()), keras.saving.load_model(path)(encoder_inputs()))
+
+
+@pytest.mark.parametrize("groups, inner", [(1, 1), (2, 2)])
+def test_albert_equals_keras_hub_albert_backbone_on_same_weights(groups, inner):
+    kwargs = albert_kwargs(num_groups=groups, num_inner_repetitions=inner, dropout=0.0)
+    encoder = kbert.Encoder(**kwargs)
+    reference = keras_hub.models.AlbertBackbone(
+        vocabulary_size=kwargs["vocabulary_size"], num_layers=4, num_heads=2, embedding_dim=8,
+        hidden_dim=16, intermediate_dim=32, num_groups=groups, num_inner_repetitions=inner,
+        dropout=0.0, max_sequence_length=kwargs["max_sequence_length"],
+    )
+    names = ["token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm",
+             "embedding_projection"]
+    pairs = [(encoder.get_layer(name), reference.get_layer(name)) for name in names]
+    pairs.append((encoder.pooler_dense, reference.get_layer("pooled_dense")))
+    pairs += [
+        (encoder.get_layer(f"transformer_group_{g}_layer_{k}"), reference.get_layer(f"group_{g}_inner_layer_{k}"))
+        for g in range(groups) for k in range(inner)
+    ]
+    for ours, theirs in pairs:
+        ours.set_weights(theirs.get_weights())
+    inputs = encoder_inputs()
+    ours, theirs = encoder(inputs), reference(inputs)
+    np.testing.assert_allclose(ours["sequence_output"], theirs["sequence_output"], atol=1e-5)
+    np.testing.assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"embedding_size": 0}, "`embedding_size` must be a positive integer"),
+        ({"embedding_size": -8}, "`embedding_size` must be a positive integer"),
+        ({"num_groups": 3}, r"`num_groups` \(3\) must divide `num_layers` \(4\)"),
+        ({"num_inner_repetitions": 0}, "`num_inner_repetitions` must be a positive integer"),
+        ({"activation": "relu"}, "`activation` must be one of"),
+    ],
+)
+def test_bad_albert_config_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        kbert.Encoder(**albert_kwargs(**kwargs))
+
+
+@pytest.mark.parametrize("name", ["albert-base", "albert-large", "albert-xlarge", "albert-xxlarge"])
+def test_albert_presets_count_the_parameters_of_the_published_models(name):
+    # keras-hub's AlbertBackbone presets (the published ALBERT v2 weights, 30,000 tokens)
+    # record their parameter counts: the presets' shapes give exactly those.
+    published = {"albert-base": "albert_base_en_uncased", "albert-large": "albert_large_en_uncased",
+                 "albert-xlarge": "albert_extra_large_en_uncased",
+                 "albert-xxlarge": "albert_extra_extra_large_en_uncased"}[name]
+    expected = keras_hub.models.AlbertBackbone.presets[published]["metadata"]["params"]
+    assert parameter_count(name, 30000) == expected
+    # The ALBERT paper's Table 1, to its rounding (12M, 18M; 59M and 223M where it prints
+    # 60M and 235M: the published checkpoints have these shapes and counts too).
+    paper = {"albert-base": 12, "albert-large": 18, "albert-xlarge": 59, "albert-xxlarge": 223}[name]
+    assert round(expected / 1e6) == paper
+    if name in ("albert-base", "albert-large"):
+        encoder = kbert.Encoder.from_preset(name, vocabulary_size=30000)
+        assert encoder.count_params() == expected
+        assert len(encoder.transformer_layers) == 1 and len(encoder.layer_blocks) == PRESETS[name]["num_layers"]

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.data import task_dataset
-from tests.test_case import TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
+from tests.test_case import ARCHITECTURES, TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
 
 CONTEXTS = ["the cat sat", "a dog", "a good film", "free prize"]
 CHOICES = [
@@ -17,14 +17,15 @@ CHOICES = [
 LABELS = [0, 0, 1, 0]
 
 
-def tiny_multiple_choice(num_choices=3, sequence_length=10, **kwargs):
+def tiny_multiple_choice(num_choices=3, sequence_length=10, architecture="bert", **kwargs):
     preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
-    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture=architecture))
     return kbert.MultipleChoice(encoder, num_choices=num_choices, preprocessor=preprocessor, **kwargs)
 
 
-def test_fit_predict_save_and_tf_data(tmp_path):
-    model = tiny_multiple_choice()
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_fit_predict_save_and_tf_data(tmp_path, architecture):
+    model = tiny_multiple_choice(architecture=architecture)
     dataset = tf.data.Dataset.from_tensor_slices(((CONTEXTS, CHOICES), LABELS))
     restored, logits = run_task_test(model, (CONTEXTS, CHOICES), LABELS, tmp_path, dataset=dataset,
                                      request={"context": CONTEXTS, "choices": CHOICES})
