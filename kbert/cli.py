@@ -67,12 +67,12 @@ def _pretrain(args):
 
     import kbert
     from kbert.atomic_files import write_atomically
-
-    from kbert.data.pretraining import prepared_folder
+    from kbert.data.pretraining import prepared_folder, read_metadata
 
     out_dir = Path(args.out)
     # Segment pairs written by `kbert prepare-pretraining`, or text files.
     prepared = prepared_folder(args.corpus)
+    lowercase = read_metadata(prepared)["lowercase"] if prepared else not args.cased
     out_dir.mkdir(parents=True, exist_ok=True)
     vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared)
     if not (out_dir / "vocab.txt").exists():
@@ -84,7 +84,7 @@ def _pretrain(args):
         prepared or args.corpus, vocabulary=vocabulary, sequence_length=sequence_length,
         batch_size=args.batch_size, mask_rate=args.mask_rate, objective=args.objective,
         whole_word_masking=args.whole_word_masking, max_ngram=args.max_ngram,
-        document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
+        document_boundary=args.document_boundary, seed=args.seed, lowercase=lowercase,
     )
     sequence_length = data.element_spec[0]["token_ids"].shape[1]
     keras.utils.set_random_seed(args.seed)
@@ -100,7 +100,7 @@ def _pretrain(args):
     # itself, which is what lets a resumed run continue at the exact batch.
     callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
     callbacks.append(kbert.callbacks.FillMaskLogger(
-        str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=not args.cased,
+        str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=lowercase,
         every=100,
     ))
     pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,

@@ -256,7 +256,8 @@ def prepared_objective(metadata):
     return metadata.get("objective", "nsp" if metadata["next_sentence"] else "none")
 
 
-def _read_metadata(folder):
+def read_metadata(folder):
+    """The `metadata.json` of a prepared folder, checked to be kbert's."""
     metadata = json.loads((Path(folder) / METADATA_FILE).read_text())
     if metadata.get("format") != FORMAT:
         raise ValueError(f"{Path(folder) / METADATA_FILE} is not kbert pretraining data (format {metadata.get('format')!r}).")
@@ -383,7 +384,7 @@ def pretraining_dataset(
         requested = resolve_objective(objective, next_sentence)
     if prepared_folder(corpus) is not None:
         corpus = prepared_folder(corpus)
-        metadata = _read_metadata(corpus)
+        metadata = read_metadata(corpus)
         prepared_vocabulary = read_vocabulary(str(Path(corpus) / VOCABULARY_FILE))
         if vocabulary is not None and read_vocabulary(vocabulary) != prepared_vocabulary:
             raise ValueError(f"`vocabulary` differs from the one {corpus} was prepared with.")
