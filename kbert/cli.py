@@ -24,8 +24,10 @@ def _vocabulary(args):
     print(f"Wrote {len(vocabulary)} tokens to {args.out}")
 
 
-def _read_or_learn_vocabulary(args, out_dir):
-    """The run's vocabulary: --vocabulary, or the run folder's, or learned from the corpus."""
+def _read_or_learn_vocabulary(args, out_dir, prepared=None):
+    """The run's vocabulary: --vocabulary, or the run folder's, or the prepared folder's, or learned from the corpus."""
+    import os
+
     import kbert
     from kbert.preprocessing.tokenizer import read_vocabulary
 
@@ -34,6 +36,8 @@ def _read_or_learn_vocabulary(args, out_dir):
         return read_vocabulary(args.vocabulary)
     if saved.exists():  # a resumed run keeps its vocabulary
         return read_vocabulary(str(saved))
+    if prepared is not None:
+        return read_vocabulary(os.path.join(prepared, "vocab.txt"))
     return kbert.learn_vocabulary(files=args.corpus, vocabulary_size=args.vocabulary_size,
                                   lowercase=not args.cased)
 
@@ -63,30 +67,40 @@ def _pretrain(args):
 
     import kbert
     from kbert.atomic_files import write_atomically
+    from kbert.data.pretraining import prepared_folder, read_metadata
 
     out_dir = Path(args.out)
+    # Segment pairs written by `kbert prepare-pretraining`, or text files.
+    prepared = prepared_folder(args.corpus)
+    lowercase = read_metadata(prepared)["lowercase"] if prepared else not args.cased
     out_dir.mkdir(parents=True, exist_ok=True)
-    vocabulary = _read_or_learn_vocabulary(args, out_dir)
+    vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared)
     if not (out_dir / "vocab.txt").exists():
         _write_lines_atomically(out_dir / "vocab.txt", vocabulary)
+    sequence_length = args.sequence_length
+    if sequence_length is None and prepared is None:
+        sequence_length = 128
     data = kbert.pretraining_dataset(
-        args.corpus, vocabulary=vocabulary, sequence_length=args.sequence_length,
-        batch_size=args.batch_size, mask_rate=args.mask_rate,
-        next_sentence=not args.no_next_sentence, whole_word_masking=args.whole_word_masking,
-        document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
+        prepared or args.corpus, vocabulary=vocabulary, sequence_length=sequence_length,
+        batch_size=args.batch_size, mask_rate=args.mask_rate, objective=args.objective,
+        whole_word_masking=args.whole_word_masking, max_ngram=args.max_ngram,
+        document_boundary=args.document_boundary, seed=args.seed, lowercase=lowercase,
     )
+    sequence_length = data.element_spec[0]["token_ids"].shape[1]
     keras.utils.set_random_seed(args.seed)
+    overrides = {name: getattr(args, name) for name in ("embedding_size", "num_groups")
+                 if getattr(args, name) is not None}
     encoder = kbert.Encoder.from_preset(
         args.preset, vocabulary_size=len(vocabulary),
-        max_sequence_length=max(512, args.sequence_length),
+        max_sequence_length=max(512, sequence_length), **overrides,
     )
-    pretrainer = kbert.Pretrainer(encoder, next_sentence=not args.no_next_sentence)
+    pretrainer = kbert.Pretrainer(encoder, objective=data.kbert_objective)
     pretrainer.compile(learning_rate=args.learning_rate)
     # No `.repeat()` for --steps-per-epoch: `Pretrainer.fit` streams the passes
     # itself, which is what lets a resumed run continue at the exact batch.
     callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
     callbacks.append(kbert.callbacks.FillMaskLogger(
-        str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=not args.cased,
+        str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=lowercase,
         every=100,
     ))
     pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
@@ -109,7 +123,7 @@ def _prepare_pretraining(args):
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it.")
     metadata = prepare_pretraining_data(
         args.corpus, args.out, vocabulary=read_vocabulary(args.vocabulary),
-        sequence_length=args.sequence_length, next_sentence=not args.no_next_sentence,
+        sequence_length=args.sequence_length, objective=args.objective,
         document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
         examples_per_shard=args.examples_per_shard, overwrite=args.overwrite,
     )
@@ -334,19 +348,31 @@ def build_parser():
     vocabulary.add_argument("--cased", action="store_true", help="keep case and accents")
     vocabulary.add_argument("--out", default="vocab.txt", help="the vocab.txt to write")
 
-    pretrain = command("pretrain", "pretrain BERT (masked LM + NSP) on raw text files", _pretrain)
+    objective_help = ("the sentence-pair objective: next-sentence prediction (BERT), sentence-order "
+                      "prediction (ALBERT), or none (masked LM only)")
+    pretrain = command("pretrain", "pretrain BERT or ALBERT (masked LM + NSP or SOP) on raw text files",
+                       _pretrain)
     pretrain.add_argument("--corpus", action="append", required=True,
-                          help="text files, folders or glob patterns (repeatable)")
+                          help="text files, folders or glob patterns (repeatable), or one folder "
+                               "written by `kbert prepare-pretraining`")
     pretrain.add_argument("--out", required=True,
                           help="run folder: vocab.txt, tensorboard/, checkpoints/, pretrainer.keras; "
                                "running the same command again resumes")
-    pretrain.add_argument("--preset", default="mini", help="encoder size (see `kbert presets`)")
+    pretrain.add_argument("--preset", default="mini",
+                          help="encoder size, BERT or ALBERT (see `kbert presets`)")
+    pretrain.add_argument("--embedding-size", type=_positive_int, default=None,
+                          help="override the preset's embedding width E (ALBERT's factorized "
+                               "embeddings when below the hidden size)")
+    pretrain.add_argument("--num-groups", type=_positive_int, default=None,
+                          help="override the preset's groups of layers that share weights "
+                               "(1: every layer shares one set, as ALBERT)")
     pretrain.add_argument("--vocabulary", help="vocab.txt to use (default: learn one from the corpus)")
     pretrain.add_argument("--vocabulary-size", type=_positive_int, default=30522,
                           help="tokens of the vocabulary learned when --vocabulary is not given")
     pretrain.add_argument("--cased", action="store_true", help="keep case and accents")
-    pretrain.add_argument("--sequence-length", type=_positive_int, default=128,
-                          help="tokens per example, [CLS] and [SEP]s included")
+    pretrain.add_argument("--sequence-length", type=_positive_int, default=None,
+                          help="tokens per example, [CLS] and [SEP]s included (default: 128, or "
+                               "the prepared folder's)")
     pretrain.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
     pretrain.add_argument("--epochs", type=_positive_int, default=1, help="epochs to train")
     pretrain.add_argument("--steps-per-epoch", type=_positive_int, default=None,
@@ -355,10 +381,15 @@ def build_parser():
                           help="peak learning rate (default: 1e-4 for BERT-base, more for "
                                "narrower encoders)")
     pretrain.add_argument("--mask-rate", type=float, default=0.15, help="share of tokens to predict")
-    pretrain.add_argument("--no-next-sentence", action="store_true",
-                          help="masked LM only, without next-sentence prediction")
+    pretrain.add_argument("--objective", choices=("nsp", "sop", "none"), default=None,
+                          help=objective_help + " (default: nsp, or the prepared folder's)")
+    pretrain.add_argument("--no-next-sentence", action="store_const", dest="objective", const="none",
+                          help="masked LM only: the same as --objective none")
     pretrain.add_argument("--whole-word-masking", action="store_true",
                           help="mask all pieces of a word together")
+    pretrain.add_argument("--max-ngram", type=_positive_int, default=1,
+                          help="mask spans of up to this many whole words, shorter spans more "
+                               "often (ALBERT's n-gram masking: 3); 1 masks tokens one by one")
     pretrain.add_argument("--document-boundary", choices=("file", "blank_line"), default="file",
                           help="what ends a document: each file is one, or blank lines end them")
     pretrain.add_argument("--backup-every", type=_positive_int, default=500,
@@ -375,8 +406,11 @@ def build_parser():
     prepare.add_argument("--cased", action="store_true", help="keep case and accents")
     prepare.add_argument("--sequence-length", type=_positive_int, default=128,
                          help="tokens per example, [CLS] and [SEP]s included")
-    prepare.add_argument("--no-next-sentence", action="store_true",
-                         help="single segments for masked LM only, without next-sentence pairs")
+    prepare.add_argument("--objective", choices=("nsp", "sop", "none"), default="nsp",
+                         help=objective_help + "; the pairs are made for it, and pretraining on "
+                              "them must use the same")
+    prepare.add_argument("--no-next-sentence", action="store_const", dest="objective", const="none",
+                         help="single segments for masked LM only: the same as --objective none")
     prepare.add_argument("--document-boundary", choices=("file", "blank_line"), default="file",
                          help="what ends a document: each file is one, or blank lines end them")
     prepare.add_argument("--examples-per-shard", type=_positive_int, default=100_000,

@@ -70,6 +70,54 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     assert lines[1].startswith("  [MASK] 1: ") and len(lines[1].split()) == 2 + 2 * 3
 
 
+# A tiny ALBERT: the tiny preset's sizes, factorized embeddings, one shared block.
+TINY_ALBERT = ["--embedding-size", "32", "--num-groups", "1"]
+
+
+def test_pretrain_sop_on_a_tiny_albert_with_ngram_masking(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus", documents=2, sentences=20)
+    out = tmp_path / "run"
+    assert cli.main(pretrain_arguments(tmp_path / "corpus", out) + TINY_ALBERT + [
+        "--objective", "sop", "--max-ngram", "3", "--steps-per-epoch", "3"]) == 0
+    pretrainer = kbert.load_model(str(out / "pretrainer.keras"))
+    assert pretrainer.objective == "sop" and set(pretrainer.output_names) == {"mlm", "sop"}
+    encoder = pretrainer.encoder
+    assert (encoder.embedding_size, encoder.hidden_dim, encoder.num_groups) == (32, 128, 1)
+    assert len(encoder.transformer_layers) == 1
+    # TensorBoard has the SOP curves where NSP's would be.
+    logged = scalars(out / "tensorboard" / "train")
+    for name in ("epoch_sop_loss", "epoch_sop_accuracy", "epoch_mlm_loss", "epoch_loss"):
+        assert sorted(logged[name]) == [0], name
+    assert not any("nsp" in name for name in logged)
+    assert 0 <= logged["epoch_sop_accuracy"][0] <= 1
+
+
+def test_pretrain_reads_prepared_shards_and_refuses_another_objective(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus", documents=2, sentences=10)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n")
+    prepared = tmp_path / "prepared"
+    assert cli.main(["prepare-pretraining", "--corpus", str(tmp_path / "corpus" / "*.txt"),
+                     "--vocabulary", str(tmp_path / "vocab.txt"), "--out", str(prepared),
+                     "--sequence-length", "32", "--objective", "sop"]) == 0
+    capsys.readouterr()
+
+    def pretrain(*extra):
+        return cli.main(["pretrain", "--corpus", str(prepared), "--out", str(tmp_path / "run"),
+                         "--preset", "tiny", "--batch-size", "8", "--steps-per-epoch", "2", "--quiet",
+                         *TINY_ALBERT, *extra])
+
+    assert pretrain("--objective", "nsp") == 2
+    err = capsys.readouterr().err
+    assert "prepared for objective='sop'; got objective='nsp'" in err
+    assert pretrain("--no-next-sentence") == 2
+    assert "got objective='none'" in capsys.readouterr().err
+    # Without --objective, the folder's own: SOP, with its vocabulary and length.
+    assert pretrain() == 0
+    pretrainer = kbert.load_model(str(tmp_path / "run" / "pretrainer.keras"))
+    assert pretrainer.objective == "sop" and pretrainer.encoder.vocabulary_size == len(VOCABULARY)
+    assert (tmp_path / "run" / "vocab.txt").read_text().splitlines() == VOCABULARY
+
+
 def test_pretrain_reports_a_corpus_that_matches_nothing(tmp_path, capsys):
     assert cli.main(pretrain_arguments(tmp_path / "missing", tmp_path / "run")) == 2
     assert "No file matches" in capsys.readouterr().err
@@ -191,7 +239,8 @@ def run_cli(*arguments, kill_at_step=None):
 
 
 @pytest.mark.slow
-def test_pretrain_killed_after_a_backup_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("model", [[], ["--objective", "sop", *TINY_ALBERT]], ids=["bert-nsp", "albert-sop"])
+def test_pretrain_killed_after_a_backup_resumes_exactly(tmp_path, model):
     import json
     import signal
 
@@ -201,7 +250,7 @@ def test_pretrain_killed_after_a_backup_resumes_exactly(tmp_path):
     # The tiny preset has dropout: the resumed run must draw the same masks.
 
     def arguments(out):
-        return pretrain_arguments(tmp_path / "corpus", tmp_path / out) + [
+        return pretrain_arguments(tmp_path / "corpus", tmp_path / out) + model + [
             "--steps-per-epoch", "30", "--epochs", "2", "--backup-every", "10"]
 
     killed = run_cli(*arguments("run"), kill_at_step=53)

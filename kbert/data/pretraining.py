@@ -1,9 +1,9 @@
-"""BERT's pretraining data: raw documents to masked-LM and next-sentence examples.
+"""BERT's and ALBERT's pretraining data: raw documents to masked-LM and NSP or SOP examples.
 
 Two ways in, same examples for the same seed:
 
 - `pretraining_dataset(["corpus/*.txt"], ...)` streams text files: documents
-  to sentences, WordPiece, segment pairs, then masking in `tf.data`;
+  to sentences, tokens, segment pairs, then masking in `tf.data`;
 - `prepare_pretraining_data(...)` (`kbert prepare-pretraining`) writes the
   segment pairs once to sharded TFRecords, and `pretraining_dataset(folder)`
   reads them, for corpora too large to tokenize again every epoch.
@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from kbert.data.documents import CorpusStats, corpus_files, read_documents
 from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
-from kbert.preprocessing.sentence_pair_builder import SentencePairBuilder
+from kbert.preprocessing.sentence_pair_builder import SentencePairBuilder, resolve_objective
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
 
 METADATA_FILE = "metadata.json"
@@ -113,8 +113,10 @@ class _TextPairs:
             f"{stats.files:,} file(s), {stats.documents:,} documents, {stats.sentences:,} sentences "
             f"-> {pairs.examples:,} examples"
         )
-        if self.builder.next_sentence and pairs.examples:
+        if self.builder.objective == "nsp" and pairs.examples:
             line += f" ({100 * pairs.not_next / pairs.examples:.1f} % NotNext)"
+        elif self.builder.objective == "sop" and pairs.examples:
+            line += f" ({100 * pairs.swapped / pairs.examples:.1f} % swapped)"
         skipped = [stats.skipped_summary()] if stats.skipped_summary() else []
         if pairs.unpaired_segments:
             skipped.append(
@@ -155,12 +157,13 @@ def _make_tokenizer(vocabulary, tokenizer, lowercase):
     return Tokenizer(vocabulary, lowercase=lowercase, special_tokens_in_strings=False)
 
 
-def _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentence_rate,
-                 short_sequence_rate, document_boundary, document_buffer, seed):
+def _text_source(corpus, tokenizer, sequence_length, objective, next_sentence_rate,
+                 sentence_order_rate, short_sequence_rate, document_boundary, document_buffer, seed):
     builder = SentencePairBuilder(
         sequence_length,
-        next_sentence=next_sentence,
+        objective=objective,
         next_sentence_rate=next_sentence_rate,
+        sentence_order_rate=sentence_order_rate,
         short_sequence_rate=short_sequence_rate,
         document_buffer=document_buffer,
         seed=seed,
@@ -239,11 +242,22 @@ def _count(source, verbose):
     return count
 
 
-def _is_prepared(corpus):
-    return isinstance(corpus, (str, os.PathLike)) and (Path(corpus) / METADATA_FILE).is_file()
+def prepared_folder(corpus):
+    """The folder of `prepare_pretraining_data` that `corpus` names (alone or as a list of one), or `None`."""
+    if isinstance(corpus, (list, tuple)) and len(corpus) == 1:
+        corpus = corpus[0]
+    if isinstance(corpus, (str, os.PathLike)) and (Path(corpus) / METADATA_FILE).is_file():
+        return corpus
+    return None
 
 
-def _read_metadata(folder):
+def prepared_objective(metadata):
+    """The pair objective a prepared folder was written for (older folders say `next_sentence`)."""
+    return metadata.get("objective", "nsp" if metadata["next_sentence"] else "none")
+
+
+def read_metadata(folder):
+    """The `metadata.json` of a prepared folder, checked to be kbert's."""
     metadata = json.loads((Path(folder) / METADATA_FILE).read_text())
     if metadata.get("format") != FORMAT:
         raise ValueError(f"{Path(folder) / METADATA_FILE} is not kbert pretraining data (format {metadata.get('format')!r}).")
@@ -259,7 +273,7 @@ def pretraining_dataset(
     mask_token_rate=0.8,
     random_token_rate=0.1,
     max_predictions=None,
-    next_sentence=True,
+    next_sentence=None,
     whole_word_masking=False,
     next_sentence_rate=0.5,
     short_sequence_rate=0.1,
@@ -271,22 +285,30 @@ def pretraining_dataset(
     lowercase=True,
     count_examples=True,
     verbose=True,
+    objective=None,
+    sentence_order_rate=0.5,
+    max_ngram=1,
 ):
-    """Masked-LM and next-sentence examples from raw text, as a `tf.data.Dataset`.
+    """Masked-LM and next-sentence (or sentence-order) examples from raw text, as a `tf.data.Dataset`.
 
-    Text files are read as documents (by default each file is one), split into sentences and tokenized; `SentencePairBuilder`
-    cuts them into segment pairs (B follows A, or comes from another
-    document, half the time each); each pair is packed as
-    `[CLS] A [SEP] B [SEP]` and `MaskedLMMasker` picks and corrupts
-    `mask_rate` of its tokens (80 % `[MASK]`, 10 % random, 10 % unchanged).
+    Text files are read as documents (by default each file is one), split
+    into sentences and tokenized; `SentencePairBuilder` cuts them into
+    segment pairs (NSP: B follows A, or comes from another document, half
+    the time each; SOP: A and the B that follows it, in order or swapped,
+    half the time each); each pair is packed as `[CLS] A [SEP] B [SEP]` and
+    `MaskedLMMasker` picks and corrupts `mask_rate` of its tokens (80 %
+    `[MASK]`, 10 % random, 10 % unchanged), one by one, as whole words, or
+    as ALBERT's n-grams of up to `max_ngram` words.
 
     The dataset yields batches `(x, y, sample_weight)` for
     `kbert.Pretrainer.fit`: `x` has `token_ids`, `segment_ids`,
     `padding_mask` (`[batch, sequence_length]`) and `mask_positions`
     (`[batch, max_predictions]`); `y` has `mlm` (the original tokens at those
-    positions) and `nsp` (0 IsNext, 1 NotNext); `sample_weight` has `mlm`
-    (1.0 on real predictions, 0.0 on padding) and `nsp` (ones). Without
-    `next_sentence` there is no `nsp` and each example is one segment.
+    positions) and `nsp` (0 IsNext, 1 NotNext) or, with `objective="sop"`,
+    `sop` (0 in order, 1 swapped); `sample_weight` has `mlm` (1.0 on real
+    predictions, 0.0 on padding) and `nsp` or `sop` (ones). With
+    `objective="none"` there is only `mlm` and each example is one segment.
+    The dataset's `kbert_objective` attribute names its objective.
 
     Each pass is one epoch of every pair; pairs are reshuffled and masked
     anew every epoch. Files are streamed, so memory stays flat however large
@@ -309,21 +331,32 @@ def pretraining_dataset(
             token (the rest stay).
         max_predictions: masked positions per example; default
             `ceil(sequence_length * mask_rate)` (20 for 128 tokens).
-        next_sentence: build NSP pairs (`False` for MLM only).
+        next_sentence: the older switch of the objective: `True` is
+            `objective="nsp"`, `False` is `objective="none"`.
         whole_word_masking: mask all pieces of a word together.
-        next_sentence_rate, short_sequence_rate: share of random B segments,
-            and of shorter examples (BERT's recipe: 0.5 and 0.1).
+        next_sentence_rate, short_sequence_rate: share of random B segments
+            (NSP), and of shorter examples (BERT's recipe: 0.5 and 0.1).
         document_boundary: `"file"` (each file is a document) or
             `"blank_line"` (BERT's format: blank lines end documents); see
             `kbert.data.documents.read_documents`.
         document_buffer: documents held to shuffle and draw random B from.
         shuffle_buffer: examples shuffled across per epoch (0: no shuffle).
         seed: fixes pairs, order and masks; random when `None`.
-        tokenizer: a `kbert.Tokenizer`, instead of `vocabulary`.
+        tokenizer: a tokenizer with `kbert.Tokenizer`'s interface (ids of
+            the special tokens, `get_vocabulary`, `continuation_ids`),
+            instead of `vocabulary`.
         lowercase: for the tokenizer made from `vocabulary`.
         count_examples: count the examples first (see above).
         verbose: show the counting pass's progress (files, documents,
             pairs) on stderr, then what the corpus gave and what was skipped.
+        objective: `"nsp"` (next-sentence prediction, BERT's; the default),
+            `"sop"` (sentence-order prediction, ALBERT's) or `"none"`
+            (masked LM only). A prepared folder keeps the objective it was
+            written for; asking for another is an error.
+        sentence_order_rate: share of SOP pairs that are swapped.
+        max_ngram: mask spans of up to this many whole words (ALBERT's
+            n-gram masking uses 3; see `MaskedLMMasker`). 1 masks tokens (or
+            words, with `whole_word_masking`) one by one.
 
     Example (`folder` is any writable directory):
     >>> with open(os.path.join(folder, "cats.txt"), "w") as file:
@@ -346,20 +379,31 @@ def pretraining_dataset(
     if int(batch_size) < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
 
-    if _is_prepared(corpus):
-        metadata = _read_metadata(corpus)
+    requested = None
+    if objective is not None or next_sentence is not None:
+        requested = resolve_objective(objective, next_sentence)
+    if prepared_folder(corpus) is not None:
+        corpus = prepared_folder(corpus)
+        metadata = read_metadata(corpus)
         prepared_vocabulary = read_vocabulary(str(Path(corpus) / VOCABULARY_FILE))
         if vocabulary is not None and read_vocabulary(vocabulary) != prepared_vocabulary:
             raise ValueError(f"`vocabulary` differs from the one {corpus} was prepared with.")
         if tokenizer is not None and tokenizer.get_vocabulary() != prepared_vocabulary:
             raise ValueError(f"The tokenizer's vocabulary differs from the one {corpus} was prepared with.")
-        for name, value in (("sequence_length", sequence_length), ("next_sentence", next_sentence)):
-            if name == "sequence_length" and value is None:
-                continue
-            if value != metadata[name]:
-                raise ValueError(
-                    f"{corpus} was prepared with {name}={metadata[name]!r}; got {name}={value!r}."
-                )
+        if sequence_length is not None and sequence_length != metadata["sequence_length"]:
+            raise ValueError(
+                f"{corpus} was prepared with sequence_length={metadata['sequence_length']!r}; "
+                f"got sequence_length={sequence_length!r}."
+            )
+        objective = prepared_objective(metadata)
+        if requested is not None and requested != objective:
+            asked = f"objective={requested!r}" + (
+                f" (next_sentence={next_sentence!r})" if next_sentence is not None else ""
+            )
+            raise ValueError(
+                f"{corpus} was prepared for objective={objective!r}; got {asked}. Prepare the "
+                f"corpus again with objective={requested!r}, or train with objective={objective!r}."
+            )
         sequence_length = metadata["sequence_length"]
         tokenizer = Tokenizer(prepared_vocabulary, lowercase=metadata["lowercase"],
                               special_tokens_in_strings=False)
@@ -370,10 +414,12 @@ def pretraining_dataset(
             return tf.data.TFRecordDataset(shards).map(_parse_pair)
 
     else:
+        objective = requested or "nsp"
         sequence_length = 128 if sequence_length is None else sequence_length
         tokenizer = _make_tokenizer(vocabulary, tokenizer, lowercase)
-        source = _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentence_rate,
-                              short_sequence_rate, document_boundary, document_buffer, seed)
+        source = _text_source(corpus, tokenizer, sequence_length, objective, next_sentence_rate,
+                              sentence_order_rate, short_sequence_rate, document_boundary,
+                              document_buffer, seed)
         num_examples = _count(source, verbose) if count_examples else None
 
         def pairs():
@@ -393,9 +439,10 @@ def pretraining_dataset(
         random_token_rate=random_token_rate,
         max_predictions=max_predictions,
         whole_word=whole_word_masking,
-        continuation_ids=[i for i, token in enumerate(vocabulary_tokens) if token.startswith("##")],
+        continuation_ids=tokenizer.continuation_ids(),
+        max_ngram=max_ngram,
     )
-    example = _ExampleMaker(tokenizer, masker, sequence_length, next_sentence, seed)
+    example = _ExampleMaker(tokenizer, masker, sequence_length, objective, seed)
 
     counter = EpochCounter()
 
@@ -431,6 +478,7 @@ def pretraining_dataset(
         return passes.flat_map(epoch_batches).skip(skip).prefetch(tf.data.AUTOTUNE)
 
     dataset.kbert_epoch_counter = counter
+    dataset.kbert_objective = objective
     dataset.kbert_num_examples = num_examples
     dataset.kbert_stream = stream
     return dataset
@@ -455,17 +503,17 @@ def _shuffle_in_windows(pairs, window, seed, epoch):
 class _ExampleMaker:
     """Packs pairs, then masks a batch with a seed made of (seed, epoch, batch)."""
 
-    def __init__(self, tokenizer, masker, sequence_length, next_sentence, seed):
+    def __init__(self, tokenizer, masker, sequence_length, objective, seed):
         self.cls_id = tokenizer.cls_token_id
         self.sep_id = tokenizer.sep_token_id
         self.masker = masker
         self.sequence_length = sequence_length
-        self.next_sentence = next_sentence
+        self.objective = objective
         self.seed = seed
 
     def pack(self, segment_a, segment_b, label):
         cls, sep = tf.constant([self.cls_id]), tf.constant([self.sep_id])
-        if self.next_sentence:
+        if self.objective != "none":
             token_ids = tf.concat([cls, segment_a, sep, segment_b, sep], 0)
             second = tf.size(segment_b) + 1
         else:
@@ -493,9 +541,10 @@ class _ExampleMaker:
         }
         y = {"mlm": masked["mask_ids"]}
         weights = {"mlm": masked["mask_weights"]}
-        if self.next_sentence:
-            y["nsp"] = batch["next_sentence_label"]
-            weights["nsp"] = tf.ones_like(batch["next_sentence_label"], tf.float32)
+        if self.objective != "none":
+            # The pair label: NSP's IsNext/NotNext, or SOP's in order/swapped.
+            y[self.objective] = batch["next_sentence_label"]
+            weights[self.objective] = tf.ones_like(batch["next_sentence_label"], tf.float32)
         return x, y, weights
 
 
@@ -535,7 +584,7 @@ def prepare_pretraining_data(
     output_dir,
     vocabulary,
     sequence_length=128,
-    next_sentence=True,
+    next_sentence=None,
     next_sentence_rate=0.5,
     short_sequence_rate=0.1,
     document_boundary="file",
@@ -545,6 +594,8 @@ def prepare_pretraining_data(
     examples_per_shard=100_000,
     overwrite=False,
     verbose=True,
+    objective=None,
+    sentence_order_rate=0.5,
 ):
     """Writes the corpus' segment pairs once, as sharded TFRecords.
 
@@ -552,7 +603,9 @@ def prepare_pretraining_data(
     exactly the examples `pretraining_dataset(corpus, seed=seed)` gives,
     without tokenizing the text again. Masking stays dynamic: the records
     hold the unmasked pairs. The folder holds the shards, `vocab.txt` and
-    `metadata.json` (settings, example count, what was skipped). It is
+    `metadata.json` (settings, the pair `objective`, example count, what was
+    skipped); `pretraining_dataset` refuses to read it for another objective.
+    Masking options (`mask_rate`, `max_ngram`, ...) are the reader's. It is
     written aside and renamed into place when complete, so a reader never
     sees half of it.
 
@@ -569,9 +622,11 @@ def prepare_pretraining_data(
         raise FileExistsError(f"{output_dir} exists; pass overwrite=True to replace it.")
     if int(examples_per_shard) < 1:
         raise ValueError(f"`examples_per_shard` must be at least 1, got {examples_per_shard}.")
+    objective = resolve_objective(objective, next_sentence)
     tokenizer = Tokenizer(vocabulary, lowercase=lowercase, special_tokens_in_strings=False)
-    source = _text_source(corpus, tokenizer, sequence_length, next_sentence, next_sentence_rate,
-                          short_sequence_rate, document_boundary, document_buffer, seed)
+    source = _text_source(corpus, tokenizer, sequence_length, objective, next_sentence_rate,
+                          sentence_order_rate, short_sequence_rate, document_boundary,
+                          document_buffer, seed)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     shards, writer, count = [], None, 0
@@ -599,8 +654,10 @@ def prepare_pretraining_data(
             "num_examples": count,
             "shards": shards,
             "sequence_length": int(sequence_length),
-            "next_sentence": bool(next_sentence),
+            "objective": objective,
+            "next_sentence": objective == "nsp",
             "next_sentence_rate": float(next_sentence_rate),
+            "sentence_order_rate": float(sentence_order_rate),
             "short_sequence_rate": float(short_sequence_rate),
             "document_boundary": document_boundary,
             "seed": int(seed),

@@ -1,4 +1,4 @@
-"""BERT's pretraining model: masked language modelling and next-sentence prediction."""
+"""BERT's pretraining model (masked LM and next-sentence prediction) and ALBERT's (sentence-order prediction)."""
 
 import math
 
@@ -7,12 +7,15 @@ import keras_hub
 import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
-from kbert.models.encoder import Encoder, bert_initializer
+from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.task_model import FreezesUnusedPooler
 from kbert.optimization import bert_adamw, start_schedule_window
+from kbert.preprocessing.sentence_pair_builder import resolve_objective
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
 NEXT_SENTENCE_LABELS = ("IsNext", "NotNext")
+# SOP class ids: 0 when A and B are in the text's order, 1 when swapped.
+SENTENCE_ORDER_LABELS = ("InOrder", "Swapped")
 
 # Keras' own batch size when `fit` gets arrays and no `batch_size`.
 _KERAS_DEFAULT_BATCH_SIZE = 32
@@ -30,7 +33,7 @@ def default_pretraining_learning_rate(hidden_dim):
 
 @keras.saving.register_keras_serializable(package="kbert")
 class Pretrainer(FreezesUnusedPooler, keras.Model):
-    """Pretrains a `kbert.Encoder` as BERT does: masked LM plus next-sentence prediction.
+    """Pretrains a `kbert.Encoder` as BERT does (masked LM plus next-sentence prediction) or as ALBERT does (sentence order).
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
     `segment_ids` and `padding_mask`, all `(batch, sequence)`, and
@@ -41,34 +44,45 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
 
     - `"mlm"`, `(batch, predictions, vocabulary_size)`: the masked-LM head
       reads the encoder's last hidden states at `mask_positions` through a
-      dense layer, exact GELU and LayerNorm, then projects onto the
-      vocabulary with the transposed token embedding (tied weights) plus a
-      bias;
+      dense layer to the embedding width (H to E for an ALBERT encoder), the
+      encoder's GELU and LayerNorm, then projects onto the vocabulary with
+      the transposed token embedding (tied weights) plus a bias;
     - `"nsp"`, `(batch, 2)`: a dense layer on the pooled `[CLS]` vector.
       Class 0 is `"IsNext"` (segment B follows A in the text), class 1 is
-      `"NotNext"` (B is a random segment); see `NEXT_SENTENCE_LABELS`. With
-      `next_sentence=False` there is no NSP head and no `"nsp"` output (the
-      MLM-only objective of RoBERTa); the encoder's pooler then gets no
-      gradient, so it is left out of training and stays as initialised.
+      `"NotNext"` (B is a random segment); see `NEXT_SENTENCE_LABELS`.
+    - `"sop"`, `(batch, 2)`, instead of `"nsp"` with `objective="sop"`
+      (ALBERT's sentence-order prediction): a dense layer of its own on the
+      pooled vector. Class 0 is `"InOrder"` (A then B as in the text), class
+      1 `"Swapped"`; see `SENTENCE_ORDER_LABELS`.
+
+    With `objective="none"` (or `next_sentence=False`) there is only the
+    `"mlm"` output (the MLM-only objective of RoBERTa); the encoder's pooler
+    then gets no gradient, so it is left out of training and stays as
+    initialised.
 
     `fit` takes batches of `(x, y, sample_weight)`, where `x` is the inputs
     dict, `y = {"mlm": original token ids at the masked positions (0 on
     padding), "nsp": NSP labels}` and `sample_weight = {"mlm": 1.0 for real
-    predictions and 0.0 for padding, "nsp": ones}` (only the `"mlm"` entries
-    without NSP).
+    predictions and 0.0 for padding, "nsp": ones}` (`"sop"` in place of
+    `"nsp"` for SOP; only the `"mlm"` entries without a pair objective). Data
+    made for another objective than the model's is refused with an error
+    that names both.
 
     The model is compiled with BERT's recipe: AdamW (weight decay 0.01, none
     on biases and LayerNorm, gradients clipped to norm 1) with a learning
     rate that warms up over the first 10 % of each `fit` call's steps, then
     decays linearly to 0; the loss is the masked-LM cross-entropy averaged
-    over the real masked positions plus the NSP cross-entropy. Logs are
-    `loss`, `mlm_loss`, `nsp_loss`, `mlm_accuracy` (over real masked
-    positions only) and `nsp_accuracy` (without NSP: `loss`, the masked-LM
-    loss, and `mlm_accuracy`). Call `compile` to change any of it.
+    over the real masked positions plus the NSP (or SOP) cross-entropy.
+    Logs are `loss`, `mlm_loss`, `nsp_loss`, `mlm_accuracy` (over real
+    masked positions only) and `nsp_accuracy` (with SOP: `sop_loss` and
+    `sop_accuracy`; without a pair objective: `loss`, the masked-LM loss,
+    and `mlm_accuracy`). Call `compile` to change any of it.
 
     Args:
         encoder: a `kbert.Encoder`.
-        next_sentence: add the next-sentence prediction head and output.
+        next_sentence: the older switch of the objective: `True` is
+            `objective="nsp"`, `False` is `objective="none"`.
+        objective: `"nsp"` (the default), `"sop"` or `"none"`.
 
     Example:
     >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=30)
@@ -87,14 +101,23 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
     >>> outputs = pretrainer(x)
     >>> outputs["mlm"].shape, outputs["nsp"].shape
     (TensorShape([2, 2, 30]), TensorShape([2, 2]))
+    >>> albert = kbert.Encoder.from_preset("albert-base", vocabulary_size=30, num_layers=2,
+    ...                                    hidden_dim=16, num_heads=2, intermediate_dim=32,
+    ...                                    embedding_size=8)
+    >>> sop = kbert.Pretrainer(albert, objective="sop")
+    >>> y = {"mlm": y["mlm"], "sop": np.array([0, 1])}
+    >>> weights = {"mlm": weights["mlm"], "sop": np.ones(2)}
+    >>> sorted(sop.fit(x, y, sample_weight=weights, verbose=0).history)
+    ['loss', 'mlm_accuracy', 'mlm_loss', 'sop_accuracy', 'sop_loss']
     """
 
     @property
     def uses_pooler(self):
-        # Only the next-sentence head reads the pooled [CLS] vector.
-        return getattr(self, "next_sentence_head", "not built yet") is not None
+        # Only the pair head (NSP or SOP) reads the pooled [CLS] vector.
+        return getattr(self, "objective", "not built yet") != "none"
 
-    def __init__(self, encoder, next_sentence=True, name=None, **kwargs):
+    def __init__(self, encoder, next_sentence=None, name=None, objective=None, **kwargs):
+        objective = resolve_objective(objective, next_sentence)
         if isinstance(encoder, dict):
             encoder = keras.saving.deserialize_keras_object(encoder)
         if not isinstance(encoder, Encoder):
@@ -106,7 +129,8 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         self.masked_lm_head = keras_hub.layers.MaskedLMHead(
             vocabulary_size=encoder.vocabulary_size,
             token_embedding=encoder.token_embedding,  # output projection tied to the input
-            intermediate_activation="gelu",  # exact (erf) GELU, as the encoder
+            # The encoder's GELU: exact (erf) for BERT, the tanh form for ALBERT.
+            intermediate_activation="gelu" if encoder.activation == "gelu" else gelu_approximate,
             layer_norm_epsilon=1e-12,
             kernel_initializer=bert_initializer(),
             dtype=policy,
@@ -115,7 +139,8 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         # Float32 logits whatever the policy, for a stable softmax and loss.
         self.mlm_logits = keras.layers.Activation("linear", dtype="float32", name="mlm")
         self.next_sentence_head = None
-        if next_sentence:
+        self.sentence_order_head = None
+        if objective == "nsp":
             self.next_sentence_head = keras.layers.Dense(
                 len(NEXT_SENTENCE_LABELS),
                 kernel_initializer=bert_initializer(),
@@ -123,6 +148,14 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
                 name="next_sentence_head",
             )
             self.nsp_logits = keras.layers.Activation("linear", dtype="float32", name="nsp")
+        elif objective == "sop":
+            self.sentence_order_head = keras.layers.Dense(
+                len(SENTENCE_ORDER_LABELS),
+                kernel_initializer=bert_initializer(),
+                dtype=policy,
+                name="sentence_order_head",
+            )
+            self.sop_logits = keras.layers.Activation("linear", dtype="float32", name="sop")
 
         # === Functional model ===
         inputs = dict(encoder.input)
@@ -133,12 +166,15 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
                 self.masked_lm_head(encoded["sequence_output"], mask_positions=inputs["mask_positions"])
             )
         }
-        if next_sentence:
+        if objective == "nsp":
             outputs["nsp"] = self.nsp_logits(self.next_sentence_head(encoded["pooled_output"]))
+        elif objective == "sop":
+            outputs["sop"] = self.sop_logits(self.sentence_order_head(encoded["pooled_output"]))
         super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
 
         # === Config ===
-        self.next_sentence = bool(next_sentence)
+        self.objective = objective
+        self.next_sentence = objective == "nsp"
         self.compile()
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
@@ -148,7 +184,7 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
             optimizer: `"auto"` for AdamW with warm-up and linear decay.
             loss: `"auto"` for the masked-LM cross-entropy, averaged over the
                 masked positions whose sample weight is not 0, plus the NSP
-                cross-entropy.
+                (or SOP) cross-entropy.
             metrics: `"auto"` for the accuracy of each head, weighted by the
                 sample weights (so padded mask positions do not count); it
                 sets `weighted_metrics` unless that is given.
@@ -166,8 +202,8 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
                     from_logits=True, reduction="mean_with_sample_weight"
                 )
             }
-            if self.next_sentence:
-                loss["nsp"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+            if self.objective != "none":
+                loss[self.objective] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         if metrics == "auto":
             metrics = None
             if kwargs.get("weighted_metrics") is None:
@@ -210,6 +246,7 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         `steps_per_epoch`, resume as plain Keras does, at the start of the
         interrupted epoch.
         """
+        self._check_targets(x, y)
         callbacks = list(callbacks or [])
         backup = _find_backup(callbacks)
         position = backup.peek() if backup is not None else None
@@ -234,6 +271,29 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         # endless further passes.
         return super().fit(stream(done), epochs=epochs, steps_per_epoch=steps_per_epoch,
                            initial_epoch=initial_epoch, callbacks=callbacks, **kwargs)
+
+    def _check_targets(self, x, y):
+        """Refuses data whose targets are not this model's outputs (NSP data for an SOP model)."""
+        targets = y
+        if targets is None and isinstance(x, tf.data.Dataset):
+            spec = x.element_spec
+            targets = spec[1] if isinstance(spec, tuple) and len(spec) >= 2 else None
+        if not isinstance(targets, dict):
+            return
+        outputs, targets = set(self.output_names), set(targets)
+        losses = self.loss if isinstance(self.loss, dict) else dict.fromkeys(outputs, True)
+        unknown = targets - outputs
+        missing = {name for name in outputs - targets if losses.get(name) is not None}
+        if unknown or missing:
+            made_for = getattr(x, "kbert_objective", None)
+            data = f"made for objective={made_for!r}, " if made_for is not None else ""
+            raise ValueError(
+                f"The data ({data}targets {sorted(targets)}) does not fit this Pretrainer "
+                f"(objective={self.objective!r}, outputs {sorted(outputs)}): make the data with "
+                f"the Pretrainer's objective (kbert.pretraining_dataset(..., objective="
+                f"{self.objective!r}), `--objective` on the command line), or build the "
+                "Pretrainer with the data's."
+            )
 
     def _fit_as_keras(self, x, y, batch_size, epochs, steps_per_epoch, initial_epoch, callbacks,
                       position, **kwargs):
@@ -262,7 +322,7 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "encoder": keras.saving.serialize_keras_object(self.encoder),
-            "next_sentence": self.next_sentence,
+            "objective": self.objective,
         }
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Documents of tokenized sentences to BERT's pretraining segment pairs."""
+"""Documents of tokenized sentences to the segment pairs of BERT's and ALBERT's pretraining."""
 
 import collections
 import dataclasses
@@ -8,13 +8,40 @@ import warnings
 import numpy as np
 
 IS_NEXT, NOT_NEXT = 0, 1
+# Sentence-order prediction labels: the two segments in the text's order, or swapped.
+IN_ORDER, SWAPPED = 0, 1
+
+# Pair objectives: next-sentence prediction (BERT), sentence-order
+# prediction (ALBERT), or none (single segments, masked LM only).
+OBJECTIVES = ("nsp", "sop", "none")
+
+
+def resolve_objective(objective=None, next_sentence=None):
+    """The pair objective of `objective` and the older `next_sentence` flag.
+
+    `next_sentence=True` means `"nsp"` and `False` means `"none"`; with
+    neither given the objective is `"nsp"`. Both may be given when they agree.
+    """
+    if objective is None:
+        return "none" if next_sentence is not None and not next_sentence else "nsp"
+    if objective not in OBJECTIVES:
+        raise ValueError(f"`objective` must be one of {OBJECTIVES}, got {objective!r}.")
+    if next_sentence is not None and ("nsp" if next_sentence else "none") != objective:
+        raise ValueError(
+            f"`next_sentence={next_sentence}` contradicts `objective={objective!r}`; "
+            "pass `objective` only."
+        )
+    return objective
+
 
 SINGLE_DOCUMENT_WARNING = (
     "The corpus is one document, so next-sentence prediction gets no NotNext pairs (a random B "
     "comes from another document): every pair is IsNext, 0 % NotNext, and NSP accuracy is 1.0 "
     "without learning anything. Give the corpus two or more documents (several files, or "
-    "document_boundary='blank_line' with a blank line between documents), or pretrain masked LM "
-    "only with next_sentence=False (--no-next-sentence on the command line)."
+    "document_boundary='blank_line' with a blank line between documents), pretrain with "
+    "sentence-order prediction, which pairs segments of one document (objective='sop', "
+    "--objective sop), or pretrain masked LM only with next_sentence=False (objective='none', "
+    "--no-next-sentence on the command line)."
 )
 
 
@@ -29,10 +56,12 @@ class PairStats:
     truncated: int = 0
     empty_documents: int = 0
     unpaired_segments: int = 0
+    in_order: int = 0
+    swapped: int = 0
 
 
 class SentencePairBuilder:
-    """Cuts documents into the segment pairs BERT pretrains on.
+    """Cuts documents into the segment pairs BERT (NSP) or ALBERT (SOP) pretrains on.
 
     Follows the recipe of the BERT paper and its reference data script.
     Sentences of a document are gathered into a chunk until the chunk
@@ -57,9 +86,19 @@ class SentencePairBuilder:
     IsNext pairs, on which next-sentence prediction learns nothing (its
     accuracy is 1.0 from the start), so the builder warns, naming the fixes.
 
+    With `objective="sop"` (ALBERT's sentence-order prediction) the chunk is
+    cut the same way, and B is always the rest of the chunk: with
+    probability `1 - sentence_order_rate` the pair keeps the text's order
+    (label 0, in order), otherwise A and B are swapped (label 1, swapped).
+    Both segments always come from one document, so a corpus of one
+    document is fine. A chunk of one sentence is cut inside it; a chunk of
+    one one-token sentence cannot be cut and is left out (counted in
+    `stats.unpaired_segments`).
+
     A pair that is still too long loses tokens from the longer segment, at
-    its front or back at random. With `next_sentence=False` each chunk is
-    one segment of up to `sequence_length - 2` tokens (the MLM-only ablation).
+    its front or back at random. With `objective="none"` (or the older
+    `next_sentence=False`) each chunk is one segment of up to
+    `sequence_length - 2` tokens (the MLM-only ablation).
 
     Documents stream through: a buffer of `document_buffer` documents both
     shuffles their order and is the pool the random B segments come from,
@@ -68,11 +107,14 @@ class SentencePairBuilder:
 
     Args:
         sequence_length: the packed length, special tokens included.
-        next_sentence: build pairs for next-sentence prediction.
-        next_sentence_rate: share of pairs whose B is random (NotNext).
+        next_sentence: the older switch: `True` is `objective="nsp"`,
+            `False` is `objective="none"`.
+        next_sentence_rate: share of NSP pairs whose B is random (NotNext).
         short_sequence_rate: share of chunks with a shorter random target.
         document_buffer: documents held for shuffling and random B segments.
         seed: seed of the pair choices.
+        objective: `"nsp"` (the default), `"sop"` or `"none"`.
+        sentence_order_rate: share of SOP pairs that are swapped.
 
     Example:
     >>> builder = SentencePairBuilder(sequence_length=16, seed=0)
@@ -81,43 +123,55 @@ class SentencePairBuilder:
     >>> pairs = list(builder([document, other]))
     >>> sorted({label for _, _, label in pairs}) <= [0, 1]
     True
+    >>> sop = SentencePairBuilder(sequence_length=16, objective="sop", seed=0)
+    >>> [(a.tolist(), b.tolist(), label) for a, b, label in sop([document])]  # 1: swapped
+    [([10, 11, 12], [5, 6, 7, 8, 9], 1)]
     """
 
     def __init__(
         self,
         sequence_length,
-        next_sentence=True,
+        next_sentence=None,
         next_sentence_rate=0.5,
         short_sequence_rate=0.1,
         document_buffer=100,
         seed=0,
+        objective=None,
+        sentence_order_rate=0.5,
     ):
-        minimum = 5 if next_sentence else 3
+        objective = resolve_objective(objective, next_sentence)
+        pairs = objective != "none"
+        minimum = 5 if pairs else 3
         if int(sequence_length) < minimum:
             raise ValueError(
                 f"`sequence_length` {sequence_length} leaves no room for text: "
-                f"{'[CLS] A [SEP] B [SEP]' if next_sentence else '[CLS] A [SEP]'} "
+                f"{'[CLS] A [SEP] B [SEP]' if pairs else '[CLS] A [SEP]'} "
                 f"needs at least {minimum}."
             )
         for name, rate in (
             ("next_sentence_rate", next_sentence_rate),
             ("short_sequence_rate", short_sequence_rate),
+            ("sentence_order_rate", sentence_order_rate),
         ):
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1], got {rate}.")
         if int(document_buffer) < 1:
             raise ValueError(f"`document_buffer` must be at least 1, got {document_buffer}.")
         self.sequence_length = int(sequence_length)
-        self.next_sentence = bool(next_sentence)
+        self.objective = objective
+        # Whether examples are segment pairs (NSP or SOP) rather than single segments.
+        self.pairs = pairs
+        self.next_sentence = objective == "nsp"
         self.next_sentence_rate = float(next_sentence_rate)
+        self.sentence_order_rate = float(sentence_order_rate)
         self.short_sequence_rate = float(short_sequence_rate)
         self.document_buffer = int(document_buffer)
         self.seed = int(seed)
-        self.max_tokens = self.sequence_length - (3 if next_sentence else 2)
+        self.max_tokens = self.sequence_length - (3 if pairs else 2)
         self.stats = PairStats()
 
     def __call__(self, documents):
-        """Yields `(segment_a, segment_b, label)`; B is empty without NSP.
+        """Yields `(segment_a, segment_b, label)`; B is empty and the label 0 without pairs.
 
         Args:
             documents: an iterable of documents, each a list of 1-D integer
@@ -161,9 +215,13 @@ class SentencePairBuilder:
             chunk.append(document[i])
             length += len(document[i])
             if i == len(document) - 1 or length >= target:
-                if self.next_sentence:
+                if self.objective == "nsp":
                     pair, unused = self._pair(chunk, target, pending, used, rng)
                     i -= unused
+                    if pair is not None:
+                        yield pair
+                elif self.objective == "sop":
+                    pair = self._ordered_pair(chunk, rng)
                     if pair is not None:
                         yield pair
                 else:
@@ -213,6 +271,27 @@ class SentencePairBuilder:
         else:
             self.stats.not_next += 1
         return (segment_a, segment_b, label), unused
+
+    def _ordered_pair(self, chunk, rng):
+        """An SOP pair of the chunk: A and the B that follows it, kept in order or swapped."""
+        if len(chunk) >= 2:
+            split = rng.randint(1, len(chunk) - 1)
+            segment_a, segment_b = np.concatenate(chunk[:split]), np.concatenate(chunk[split:])
+        elif len(chunk[0]) >= 2:
+            # One sentence: cut inside it (a segment is any span of text).
+            cut = rng.randint(1, len(chunk[0]) - 1)
+            segment_a, segment_b = chunk[0][:cut], chunk[0][cut:]
+        else:
+            # One one-token sentence has no second segment.
+            self.stats.unpaired_segments += 1
+            return None
+        segment_a, segment_b = self._truncate(segment_a, segment_b, rng)
+        self.stats.examples += 1
+        if rng.random() < self.sentence_order_rate:
+            self.stats.swapped += 1
+            return segment_b, segment_a, SWAPPED
+        self.stats.in_order += 1
+        return segment_a, segment_b, IN_ORDER
 
     def _random_segment(self, target_length, pending, used, rng):
         index = rng.randrange(len(pending) + len(used))

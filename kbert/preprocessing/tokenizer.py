@@ -152,6 +152,10 @@ class Tokenizer(PreprocessingLayer):
             raise KeyError(f"Token {token!r} is not in the vocabulary.")
         return self._token_to_id[token]
 
+    def continuation_ids(self):
+        """Ids of the pieces that continue a word (`##` pieces), for whole-word and n-gram masking."""
+        return [i for i, token in enumerate(self.vocabulary) if token.startswith("##")]
+
     def id_to_token(self, token_id):
         token_id = int(token_id)
         if not 0 <= token_id < len(self.vocabulary):

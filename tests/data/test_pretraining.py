@@ -447,3 +447,97 @@ def test_progress_rewrites_one_line_on_a_terminal_and_appends_lines_elsewhere(mo
     quiet = io.StringIO()
     pretraining._Progress(lambda: "x", verbose=False, stream=quiet).finish()
     assert quiet.getvalue() == ""
+
+
+# Sentence-order prediction and n-gram masking
+
+ORDERED_WORDS = [f"w{i}" for i in range(120)]
+ORDERED_VOCABULARY = list(kbert.SPECIAL_TOKENS) + ORDERED_WORDS + ["."]
+
+
+def write_ordered_corpus(folder):
+    """Two files whose words are w0 ... w59 and w60 ... w119 in reading order, so a
+    token id tells the document and the place in it; sentences of 1 to 5 words."""
+    rng = random.Random(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    for document in range(2):
+        words, sentences = ORDERED_WORDS[60 * document : 60 * (document + 1)], []
+        while words:
+            size = rng.randint(1, 5)
+            sentences.append(" ".join(words[:size]) + " .")
+            words = words[size:]
+        (folder / f"doc{document}.txt").write_text(" ".join(sentences) + "\n")
+    return folder
+
+
+def test_sop_examples_are_one_documents_segments_in_order_or_swapped(tmp_path):
+    corpus = write_ordered_corpus(tmp_path / "ordered")
+    dataset = make_dataset(corpus, ORDERED_VOCABULARY, objective="sop", sequence_length=16,
+                           short_sequence_rate=0.0)
+    assert dataset.kbert_objective == "sop"
+    period = ORDERED_VOCABULARY.index(".")
+    labels = []
+    for batch in as_numpy(dataset):
+        x, y, weights = batch
+        assert sorted(y) == ["mlm", "sop"] and sorted(weights) == ["mlm", "sop"]
+        for ids, segments, label in zip(unmasked(batch), x["segment_ids"], y["sop"]):
+            words = (ids >= 5) & (ids != period)
+            first = ids[words & (segments == 0)] - 5
+            second = ids[words & (segments == 1)] - 5
+            assert len(first) and len(second)
+            assert len(set((np.concatenate([first, second]) // 60).tolist())) == 1  # one document
+            if label == 0:
+                assert first.max() < second.min()
+            else:
+                assert first.min() > second.max()
+            labels.append(int(label))
+    assert 0 < sum(labels) < len(labels)
+
+
+def test_prepared_folder_keeps_its_objective(tmp_path, corpus, vocabulary):
+    folder = tmp_path / "sop"
+    metadata = prepare(corpus, vocabulary, folder, objective="sop", seed=SEED)
+    assert metadata["objective"] == "sop" and metadata["next_sentence"] is False
+    text = make_dataset(corpus, vocabulary, objective="sop")
+    # Read without naming the objective, the folder gives its own: the text's batches.
+    prepared = pretraining_dataset([str(folder)], batch_size=BATCH_SIZE, seed=SEED)
+    assert prepared.kbert_objective == "sop"
+    assert_same_batches(as_numpy(prepared), as_numpy(text))
+    with pytest.raises(ValueError, match="prepared for objective='sop'; got objective='nsp'"):
+        pretraining_dataset(str(folder), objective="nsp")
+    with pytest.raises(ValueError, match=r"objective='none' \(next_sentence=False\)"):
+        pretraining_dataset(str(folder), next_sentence=False)
+    # Folders written before objectives existed say next_sentence only.
+    older = {k: v for k, v in metadata.items() if k not in ("objective", "sentence_order_rate")}
+    (folder / "metadata.json").write_text(json.dumps({**older, "next_sentence": False}))
+    assert pretraining_dataset(str(folder), count_examples=False).kbert_objective == "none"
+
+
+def test_a_pretrainer_refuses_data_of_another_objective(text_dataset):
+    pretrainer = kbert.Pretrainer(kbert.Encoder.from_preset(
+        "tiny", vocabulary_size=60, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
+    ), objective="sop")
+    with pytest.raises(ValueError, match=r"made for objective='nsp'.*objective='sop'"):
+        pretrainer.fit(text_dataset, epochs=1, verbose=0)
+
+
+def test_ngram_masking_in_the_pipeline_masks_whole_words(corpus, vocabulary, tokenizer):
+    dataset = make_dataset(corpus, vocabulary, max_ngram=3, sequence_length=64)
+    continuation = set(tokenizer.continuation_ids())
+    chosen = text_tokens = 0
+    for batch in as_numpy(dataset):
+        x, _, weights = batch
+        original = unmasked(batch)
+        for row in range(len(original)):
+            positions = set(x["mask_positions"][row][weights["mlm"][row] == 1].tolist())
+            for position in positions:
+                # A chosen piece's whole word is chosen with it. (Truncation
+                # can leave a piece first in its segment, after [SEP].)
+                after_special = original[row][position - 1] in tokenizer.special_token_ids
+                if original[row][position] in continuation and not after_special:
+                    assert position - 1 in positions
+                if position + 1 < 64 and original[row][position + 1] in continuation:
+                    assert position + 1 in positions
+            chosen += len(positions)
+            text_tokens += int((~np.isin(original[row], tokenizer.special_token_ids)).sum())
+    assert 0.1 < chosen / text_tokens <= 0.16

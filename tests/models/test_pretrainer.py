@@ -8,6 +8,7 @@ import tensorflow as tf
 import kbert
 from kbert.models.pretrainer import (
     NEXT_SENTENCE_LABELS,
+    SENTENCE_ORDER_LABELS,
     Pretrainer,
     default_pretraining_learning_rate,
 )
@@ -16,11 +17,24 @@ from tests.test_case import assert_all_close, run_config_round_trip, tiny_encode
 
 VOCABULARY_SIZE = 27
 LOG_NAMES = ["loss", "mlm_accuracy", "mlm_loss", "nsp_accuracy", "nsp_loss"]
+SOP_LOG_NAMES = ["loss", "mlm_accuracy", "mlm_loss", "sop_accuracy", "sop_loss"]
 
 
 def tiny_pretrainer(next_sentence=True, **encoder_kwargs):
     encoder = kbert.Encoder(**{**tiny_encoder_kwargs(), **encoder_kwargs})
     return Pretrainer(encoder, next_sentence=next_sentence)
+
+
+def tiny_albert_pretrainer(**encoder_kwargs):
+    """SOP on a tiny ALBERT: embeddings narrower than the hidden size, one shared block."""
+    encoder = kbert.Encoder(**{**tiny_encoder_kwargs(), "embedding_size": 8, "num_groups": 1,
+                               "activation": "gelu_approximate", **encoder_kwargs})
+    return Pretrainer(encoder, objective="sop")
+
+
+def as_sop(y, sample_weight):
+    """The batch's pair labels as sentence-order labels."""
+    return ({"mlm": y["mlm"], "sop": y["nsp"]}, {"mlm": sample_weight["mlm"], "sop": sample_weight["nsp"]})
 
 
 def pretraining_batch(batch=4, length=10, predictions=3, seed=0):
@@ -245,6 +259,94 @@ def test_mixed_precision_gives_float32_logits():
     assert restored.masked_lm_head.dtype_policy.name == "mixed_bfloat16"
 
 
+def test_sop_has_its_own_head_and_output_and_fits():
+    model = tiny_albert_pretrainer()
+    assert model.objective == "sop" and model.next_sentence is False
+    assert model.next_sentence_head is None and model.sentence_order_head is not None
+    assert SENTENCE_ORDER_LABELS == ("InOrder", "Swapped")
+    x, y, sample_weight = pretraining_batch()
+    outputs = model(x)
+    assert set(outputs) == {"mlm", "sop"}
+    assert outputs["sop"].shape == (4, 2) and outputs["sop"].dtype == tf.float32
+    assert any(w.path.startswith("sentence_order_head") for w in model.trainable_weights)
+    y, sample_weight = as_sop(y, sample_weight)
+    results = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
+    expected_sop = cross_entropy(outputs["sop"].numpy(), y["sop"]).mean()
+    np.testing.assert_allclose(results["sop_loss"], expected_sop, rtol=1e-5)
+    np.testing.assert_allclose(results["loss"], results["mlm_loss"] + expected_sop, rtol=1e-5)
+    model.compile(learning_rate=3e-3)
+    pooler = [w.numpy() for w in model.encoder.pooler_dense.weights]
+    dataset = tf.data.Dataset.from_tensors((x, y, sample_weight)).repeat(10)
+    history = model.fit(dataset, epochs=2, verbose=0)
+    assert sorted(history.history) == SOP_LOG_NAMES
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    # The SOP head reads the pooled vector: the pooler trains.
+    assert any(not np.array_equal(a, b.numpy()) for a, b in zip(pooler, model.encoder.pooler_dense.weights))
+
+
+def test_masked_lm_head_of_an_albert_encoder_projects_to_the_embedding_size():
+    # ALBERT's head: dense H -> E, GELU, LayerNorm over E, then the tied E x V decoder.
+    model = tiny_albert_pretrainer(dropout=0.0)
+    hidden, embedding, vocabulary = 16, 8, VOCABULARY_SIZE
+    embeddings = model.encoder.token_embedding.embeddings
+    assert tuple(embeddings.shape) == (vocabulary, embedding)
+    own = {w.path: tuple(w.shape) for w in model.masked_lm_head.weights if w is not embeddings}
+    assert sorted(own.values()) == sorted([(hidden, embedding), (embedding,), (embedding,),
+                                           (embedding,), (vocabulary,)])
+    assert model.masked_lm_head.token_embedding is model.encoder.token_embedding
+    # The logits are the head's E-wide vectors times the embedding matrix, plus the bias.
+    x, _, _ = pretraining_batch()
+    head = model.masked_lm_head
+    sequence = model.encoder({k: x[k] for k in model.encoder.input})["sequence_output"]
+    gathered = tf.gather(sequence, x["mask_positions"], batch_dims=1)
+    projected = head._intermediate_layer_norm(head._intermediate_dense(gathered)).numpy()
+    assert projected.shape == (4, 3, embedding)
+    expected = projected @ embeddings.numpy().T + head._bias.numpy()
+    np.testing.assert_allclose(model(x)["mlm"].numpy(), expected, atol=1e-5)
+
+
+def test_sop_config_and_keras_round_trip(tmp_path):
+    model = tiny_albert_pretrainer()
+    x, y, sample_weight = pretraining_batch()
+    y, sample_weight = as_sop(y, sample_weight)
+    restored = run_config_round_trip(model, x)
+    assert restored.objective == "sop" and restored.get_config()["objective"] == "sop"
+    assert restored.encoder.embedding_size == 8 and restored.encoder.num_groups == 1
+    model.fit(x, y, sample_weight=sample_weight, batch_size=2, epochs=1, verbose=0)
+    path = str(tmp_path / "sop.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert type(loaded) is Pretrainer and loaded.objective == "sop"
+    assert_all_close(loaded(x), model(x))
+    assert int(loaded.optimizer.iterations) == 2
+    history = loaded.fit(x, y, sample_weight=sample_weight, batch_size=2, verbose=0)
+    assert sorted(history.history) == SOP_LOG_NAMES
+
+
+def test_objective_arguments():
+    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+    assert Pretrainer(encoder).objective == "nsp"
+    assert Pretrainer(encoder, next_sentence=False).objective == "none"
+    assert Pretrainer(encoder, objective="none").next_sentence is False
+    with pytest.raises(ValueError, match="objective"):
+        Pretrainer(encoder, objective="order")
+    with pytest.raises(ValueError, match="contradicts"):
+        Pretrainer(encoder, next_sentence=True, objective="sop")
+    # Configs saved before objectives existed name `next_sentence`.
+    config = Pretrainer(encoder, objective="none").get_config()
+    del config["objective"]
+    assert Pretrainer.from_config({**config, "next_sentence": False}).objective == "none"
+
+
+def test_data_of_another_objective_is_refused_with_both_named():
+    x, y, sample_weight = pretraining_batch()
+    with pytest.raises(ValueError, match=r"targets \['mlm', 'nsp'\].*objective='sop'.*\['mlm', 'sop'\]"):
+        tiny_albert_pretrainer().fit(x, y, sample_weight=sample_weight, verbose=0)
+    dataset = tf.data.Dataset.from_tensors((x, *as_sop(y, sample_weight)))
+    with pytest.raises(ValueError, match=r"objective='nsp'"):
+        tiny_pretrainer().fit(dataset, verbose=0)
+
+
 def test_refuses_what_is_not_an_encoder():
     with pytest.raises(TypeError, match="must be a kbert.Encoder, got Dense"):
         Pretrainer(keras.layers.Dense(3))
@@ -265,11 +367,14 @@ class _InterruptAtStep(keras.callbacks.Callback):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("feed", ["repeated", "arrays"])
-def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed):
+@pytest.mark.parametrize("feed, objective", [("repeated", "nsp"), ("arrays", "nsp"), ("repeated", "sop")])
+def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed, objective):
     # Four distinct batches of two; dropout on. (tests/models/test_pretrainer_runs.py
-    # kills whole runs fed by pretraining datasets, finite or repeated.)
+    # kills whole runs fed by pretraining datasets, finite or repeated.) SOP
+    # runs on a tiny ALBERT.
     x, y, sample_weight = pretraining_batch(batch=8)
+    if objective == "sop":
+        y, sample_weight = as_sop(y, sample_weight)
     data = tf.data.Dataset.from_tensor_slices((x, y, sample_weight)).batch(2)
     fit_arguments = {
         "repeated": dict(x=data.repeat(), steps_per_epoch=3),
@@ -278,7 +383,10 @@ def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed):
 
     def new_model():
         keras.utils.set_random_seed(0)
-        model = tiny_pretrainer(vocabulary_size=VOCABULARY_SIZE, dropout=0.1)
+        if objective == "sop":
+            model = tiny_albert_pretrainer(vocabulary_size=VOCABULARY_SIZE, dropout=0.1)
+        else:
+            model = tiny_pretrainer(vocabulary_size=VOCABULARY_SIZE, dropout=0.1)
         model.compile(jit_compile=False)  # XLA would compile longer than these steps run
         return model
 

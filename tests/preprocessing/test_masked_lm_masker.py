@@ -1,3 +1,4 @@
+import collections
 import math
 
 import numpy as np
@@ -353,3 +354,121 @@ def test_whole_word_row_starting_with_a_piece():
     outputs = to_numpy(m(token_ids, seed()))
     np.testing.assert_array_equal(outputs["token_ids"], [[MASK, MASK, MASK, MASK, SEP, PAD]])
     np.testing.assert_array_equal(outputs["mask_positions"], [[0, 1, 2, 3, 0, 0]])
+
+
+# ALBERT's n-gram masking
+
+
+def ngram_masker(**kwargs):
+    kwargs.setdefault("continuation_ids", CONTINUATIONS)
+    kwargs.setdefault("max_ngram", 3)
+    return masker(**kwargs)
+
+
+def pair_of_words_batch(num_rows, sequence_length, seed=0):
+    """`[CLS] words [SEP] words [SEP] [PAD]...`: words of 1 to 3 pieces, rows of varied length."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(num_rows):
+        length = int(rng.integers(sequence_length // 3, sequence_length))
+        row = [CLS]
+        while len(row) < length - 2:
+            if rng.random() < 0.1 and SEP not in row[1:]:
+                row.append(SEP)
+            if rng.random() < 0.03:
+                row.append(UNK)  # an unknown word is one [UNK], without pieces
+                continue
+            pieces = rng.integers(60, 100, size=rng.integers(0, 3)).tolist()
+            row += [int(rng.integers(5, 60))] + pieces
+        row = row[: length - 1] + [SEP]
+        rows.append(row + [PAD] * (sequence_length - len(row)))
+    return np.array(rows, np.int32)
+
+
+def test_ngram_arguments():
+    with pytest.raises(ValueError, match="max_ngram=3.*continuation_ids"):
+        masker(max_ngram=3)
+    with pytest.raises(ValueError, match="max_ngram"):
+        ngram_masker(max_ngram=0)
+
+
+def test_ngram_spans_are_whole_words_of_at_most_max_ngram_and_stop_at_special_tokens():
+    token_ids = pair_of_words_batch(128, 64)
+    spans = ngram_masker().ngram_spans(token_ids, seed()).to_list()
+    lengths = collections.Counter()
+    for row, row_spans in zip(token_ids, spans):
+        # The spans cover the row once, in order.
+        assert [p for span in row_spans for p in span] == list(range(64))
+        for span in row_spans:
+            tokens = row[span]
+            if np.isin(tokens, SPECIALS).any():
+                assert len(span) == 1  # a special token is a span of its own
+                continue
+            assert tokens[0] not in CONTINUATIONS  # starts a word ...
+            after = span[-1] + 1
+            assert after == 64 or row[after] not in CONTINUATIONS  # ... and ends one
+            words = len(words_of(list(tokens)))
+            assert 1 <= words <= 3
+            lengths[words] += 1
+    # Spans of n words come about in proportion to 1/n (6/11, 3/11, 2/11),
+    # a little shorter where a special token cuts them.
+    total = sum(lengths.values())
+    shares = [lengths[n] / total for n in (1, 2, 3)]
+    assert total > 1500
+    assert 0.52 < shares[0] < 0.64 and 0.22 < shares[1] < 0.3 and 0.12 < shares[2] < 0.2, shares
+
+
+def test_ngram_masking_chooses_whole_spans_within_the_token_budget():
+    token_ids = pair_of_words_batch(48, 96, seed=1)
+    m = ngram_masker(mask_rate=0.15, max_predictions=20)
+    outputs = to_numpy(m(token_ids, seed(4, 5)))
+    spans = m.ngram_spans(token_ids, seed(4, 5)).to_list()
+    chosen_tokens = budget_tokens = 0
+    several_words = 0
+    for row in range(len(token_ids)):
+        positions = set(chosen(outputs, row).tolist())
+        budget = expected_count(selectable_count(token_ids[row]), 0.15, 20)
+        # mask_rate counts tokens: never above the budget, and short of it by
+        # less than a span (of at most 3 words of 3 pieces).
+        assert budget - 8 <= len(positions) <= budget
+        chosen_spans = [span for span in spans[row] if positions & set(span)]
+        for span in chosen_spans:
+            assert set(span) <= positions  # whole spans only
+            assert not np.isin(token_ids[row][span], SPECIALS).any()
+        assert positions == {p for span in chosen_spans for p in span}
+        several_words += sum(len(words_of(list(token_ids[row][s]))) > 1 for s in chosen_spans)
+        chosen_tokens += len(positions)
+        budget_tokens += budget
+        # Only chosen tokens change.
+        unchosen = np.ones(96, bool)
+        unchosen[list(positions)] = False
+        np.testing.assert_array_equal(outputs["token_ids"][row][unchosen], token_ids[row][unchosen])
+    assert chosen_tokens > 0.9 * budget_tokens
+    assert several_words > 30
+
+
+def test_ngram_masking_keeps_80_10_10_and_is_seeded():
+    token_ids = pair_of_words_batch(128, 128, seed=2)
+    m = ngram_masker(max_predictions=20)
+    first = to_numpy(m(token_ids, seed(11, 12)))
+    total, mask, random, kept = replacement_shares(token_ids, first)
+    assert total > 1500
+    assert abs(mask - 0.8) < 0.03 and abs(random - 0.1) < 0.025 and abs(kept - 0.1) < 0.025
+    again = to_numpy(tf.function(m.__call__)(token_ids, seed(11, 12)))
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name])
+    other = to_numpy(m(token_ids, seed(11, 13)))
+    assert not np.array_equal(other["mask_positions"], first["mask_positions"])
+    # Identical rows of one batch get different spans and choices.
+    same = np.repeat(token_ids[:1], 4, axis=0)
+    positions = to_numpy(m(same, seed()))["mask_positions"]
+    assert len({tuple(row) for row in positions.tolist()}) == 4
+
+
+def test_max_ngram_one_is_the_masking_of_before():
+    token_ids = words_batch(4, 20, 64)
+    for whole_word in (False, True):
+        plain = to_numpy(masker(whole_word=whole_word, continuation_ids=CONTINUATIONS)(token_ids, seed()))
+        one = to_numpy(ngram_masker(whole_word=whole_word, max_ngram=1)(token_ids, seed()))
+        for name in plain:
+            np.testing.assert_array_equal(plain[name], one[name])

@@ -6,7 +6,14 @@ import warnings
 import numpy as np
 import pytest
 
-from kbert.preprocessing.sentence_pair_builder import IS_NEXT, NOT_NEXT, SentencePairBuilder
+from kbert.preprocessing.sentence_pair_builder import (
+    IN_ORDER,
+    IS_NEXT,
+    NOT_NEXT,
+    SWAPPED,
+    SentencePairBuilder,
+    resolve_objective,
+)
 
 # Document d holds the token ids d * SPAN, d * SPAN + 1, ... in reading order,
 # so an id tells the document it comes from and its place there.
@@ -62,6 +69,10 @@ def test_sequence_length_must_leave_room_for_text():
         ({"next_sentence_rate": 1.5}, "next_sentence_rate"),
         ({"short_sequence_rate": -0.1}, "short_sequence_rate"),
         ({"document_buffer": 0}, "document_buffer"),
+        ({"sentence_order_rate": 2.0}, "sentence_order_rate"),
+        ({"objective": "mlm"}, "objective.*'nsp', 'sop', 'none'"),
+        ({"objective": "sop", "next_sentence": True}, "contradicts"),
+        ({"objective": "nsp", "next_sentence": False}, "contradicts"),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -303,7 +314,8 @@ def test_a_single_document_corpus_warns_that_nsp_learns_nothing_and_how_to_fix_i
     assert pairs and stats.documents == 1 and stats.not_next == 0
     [warning] = [w for w in record if "one document" in str(w.message)]
     message = str(warning.message)
-    for fix in ("next_sentence=False", "--no-next-sentence", "document_boundary='blank_line'", "two or more documents"):
+    for fix in ("next_sentence=False", "--no-next-sentence", "document_boundary='blank_line'", "two or more documents",
+                "objective='sop'", "--objective sop"):
         assert fix in message, fix
 
 
@@ -315,3 +327,89 @@ def test_two_documents_or_masked_lm_only_do_not_warn():
         # Empty documents do not count as a second one; without NSP one document is fine.
         _, stats = build([[], *make_corpus(1, 40, 2, 4)], sequence_length=16, next_sentence=False)
         assert stats.documents == 1 and stats.empty_documents == 1
+
+
+# Sentence-order prediction (ALBERT)
+
+
+def test_objective_and_the_older_next_sentence_flag():
+    assert resolve_objective() == "nsp"
+    assert resolve_objective(next_sentence=True) == "nsp"
+    assert resolve_objective(next_sentence=False) == "none"
+    assert resolve_objective("sop") == "sop"
+    assert resolve_objective("none", next_sentence=False) == "none"
+    assert SentencePairBuilder(16, next_sentence=False).objective == "none"
+    assert SentencePairBuilder(16).objective == "nsp"
+    with pytest.raises(ValueError, match=r"\[CLS\] A \[SEP\] B \[SEP\].*at least 5"):
+        SentencePairBuilder(4, objective="sop")
+
+
+def test_sop_pairs_are_one_documents_consecutive_segments_in_order_or_swapped():
+    documents = make_corpus(30, 20, 1, 8)
+    pairs, stats = build(documents, sequence_length=32, objective="sop")
+    max_tokens = 32 - 3
+    assert stats.examples == len(pairs) > 100 and stats.truncated > 0
+    assert stats.is_next == stats.not_next == 0
+    assert stats.in_order + stats.swapped == stats.examples
+    untruncated = 0
+    for first, second, label in pairs:
+        assert label in (IN_ORDER, SWAPPED)
+        # Never a segment of another document.
+        assert document_of(first) == document_of(second)
+        assert is_contiguous(first) and is_contiguous(second)
+        # Undo the swap: A comes before B in the document.
+        a, b = (first, second) if label == IN_ORDER else (second, first)
+        assert b[0] > a[-1]
+        if len(a) + len(b) < max_tokens:  # not truncated: B is what follows A
+            assert b[0] == a[-1] + 1
+            untruncated += 1
+    assert untruncated > 20
+
+
+def test_sop_labels_are_half_swapped_and_counted():
+    documents = make_corpus(100, 300, 2, 4)
+    pairs, stats = build(documents, sequence_length=64, seed=3, objective="sop")
+    labels = [label for _, _, label in pairs]
+    assert stats.examples == len(pairs) > 1500
+    assert stats.swapped == labels.count(SWAPPED) and stats.in_order == labels.count(IN_ORDER)
+    # Binomial standard error over 1,500+ pairs is below 0.013.
+    assert 0.46 < stats.swapped / stats.examples < 0.54
+
+
+@pytest.mark.parametrize("rate, expected", [(0.0, IN_ORDER), (1.0, SWAPPED)])
+def test_sentence_order_rate_extremes(rate, expected):
+    pairs, _ = build(make_corpus(10, 40, 1, 3), sequence_length=13, objective="sop",
+                     sentence_order_rate=rate)
+    assert pairs and {label for _, _, label in pairs} == {expected}
+
+
+def test_sop_uses_every_sentence_once_and_a_single_document_is_fine():
+    # One-token sentences: nothing truncated; one document, so no warning.
+    documents = make_corpus(1, 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pairs, stats = build(documents, sequence_length=16, objective="sop", short_sequence_rate=0.3)
+    assert stats.truncated == 0 and stats.documents == 1
+    assert stats.in_order > 0 and stats.swapped > 0
+    used = sorted(int(t) for a, b, _ in pairs for t in np.concatenate([a, b]))
+    # Only single-sentence chunks of one token (no second segment) are left out.
+    assert len(all_tokens(documents)) - len(used) == stats.unpaired_segments
+    assert set(used) <= set(all_tokens(documents))
+
+
+def test_sop_cuts_a_lone_sentence_in_two():
+    pairs, stats = build([[np.array([5, 6, 7, 8])]], sequence_length=16, objective="sop")
+    [(first, second, label)] = pairs
+    a, b = (first, second) if label == IN_ORDER else (second, first)
+    assert np.concatenate([a, b]).tolist() == [5, 6, 7, 8] and stats.unpaired_segments == 0
+
+
+def test_sop_same_seed_same_pairs_other_seed_other_pairs():
+    documents = make_corpus(20, 15, 1, 9)
+
+    def pairs(seed):
+        built, _ = build(documents, sequence_length=24, seed=seed, objective="sop")
+        return [(a.tolist(), b.tolist(), label) for a, b, label in built]
+
+    assert pairs(7) == pairs(7)
+    assert pairs(7) != pairs(8)

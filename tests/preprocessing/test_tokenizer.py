@@ -557,3 +557,12 @@ def test_offsets_of_trailing_accent_and_leading_format_character(bert_tokenizer)
     _, spans = check_offsets(bert_tokenizer, "e\u0301 \ufeffbom")
     assert spans[0] == (0, 3)  # "e" + U+0301; HF says (0, 1).
     assert spans[1][0] == 4  # From the BOM; HF starts after it, at 7.
+
+
+def test_continuation_ids_are_the_word_pieces():
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "play", "##ing", "##s", "#", "the"]
+    tokenizer = kbert.Tokenizer(vocabulary)
+    assert tokenizer.continuation_ids() == [6, 7]
+    ids = tokenizer(["the playing plays"]).to_list()[0]
+    # Each word's first piece is not a continuation, the others are.
+    assert [i in tokenizer.continuation_ids() for i in ids] == [False, False, True, False, True]
