@@ -88,3 +88,26 @@ class BaseTokenizer(PreprocessingLayer):
         # keeps every byte offset.
         texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
         return texts, scalar
+
+
+def tokenizer_from_vocabulary(vocabulary, lowercase=True):
+    """The tokenizer a `vocabulary` argument stands for.
+
+    A ready tokenizer is returned as is; a SentencePiece model (its bytes, or
+    a path ending in `.model` or `.spm`, such as ALBERT's `spiece.model`)
+    gives a `kbert.SentencePieceTokenizer`; a list of tokens or a `vocab.txt`
+    path gives a WordPiece `kbert.Tokenizer`.
+    """
+    import os
+
+    from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
+    from kbert.preprocessing.tokenizer import Tokenizer
+
+    if isinstance(vocabulary, BaseTokenizer):
+        return vocabulary
+    if isinstance(vocabulary, (bytes, bytearray)) or (
+        isinstance(vocabulary, (str, os.PathLike))
+        and os.fspath(vocabulary).endswith((".model", ".spm"))
+    ):
+        return SentencePieceTokenizer(vocabulary, lowercase=lowercase)
+    return Tokenizer(vocabulary, lowercase=lowercase)
