@@ -3,15 +3,14 @@
 import json
 import os
 
-import keras
 import keras_hub
 import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 import kbert
 from kbert.checkpoints import albert
-from tests.sentence_piece import albert_sentence_piece_model
+from tests.albert import albert_sentence_piece_model, random_backbone, write_huggingface_albert
 from tests.test_case import assert_all_close
 
 TEXTS = (["the film sat on the mat.", "in 1999, a good cat!"], ["see you soon", "a prize"])
@@ -25,83 +24,6 @@ SHAPES = {
 @pytest.fixture(scope="module")
 def proto():
     return albert_sentence_piece_model()
-
-
-def random_backbone(proto, num_layers, num_groups, num_inner_repetitions, seed=5):
-    """A keras-hub AlbertBackbone with random (not initial) weights, dropout 0."""
-    keras.utils.set_random_seed(seed)
-    vocabulary_size = kbert.SentencePieceTokenizer(proto).vocabulary_size()
-    backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=2, embedding_dim=8,
-        hidden_dim=16, intermediate_dim=32, num_groups=num_groups,
-        num_inner_repetitions=num_inner_repetitions, max_sequence_length=32,
-    )
-    rng = np.random.default_rng(seed)
-    backbone.set_weights([rng.normal(0, 0.2, w.shape).astype("float32") for w in backbone.get_weights()])
-    return backbone
-
-
-def huggingface_tensors(backbone, prefix="albert."):
-    """The backbone's weights under Hugging Face's AlbertModel names and layouts, written here by hand."""
-    def weight(path):
-        return np.asarray(next(w for w in backbone.weights if w.path == path).numpy())
-
-    def dense(layer):
-        kernel = weight(f"{layer}/kernel")
-        return kernel.reshape(kernel.shape[0], -1).T, weight(f"{layer}/bias").reshape(-1)
-
-    tensors = {
-        "embeddings.word_embeddings.weight": weight("token_embedding/embeddings"),
-        "embeddings.position_embeddings.weight": weight("position_embedding/embeddings"),
-        "embeddings.token_type_embeddings.weight": weight("segment_embedding/embeddings"),
-        "embeddings.LayerNorm.weight": weight("embeddings_layer_norm/gamma"),
-        "embeddings.LayerNorm.bias": weight("embeddings_layer_norm/beta"),
-    }
-    tensors["encoder.embedding_hidden_mapping_in.weight"], tensors["encoder.embedding_hidden_mapping_in.bias"] = (
-        dense("embedding_projection")
-    )
-    tensors["pooler.weight"], tensors["pooler.bias"] = dense("pooled_dense")
-    for g in range(backbone.num_groups):
-        for k in range(backbone.num_inner_repetitions):
-            block, name = f"group_{g}_inner_layer_{k}", f"encoder.albert_layer_groups.{g}.albert_layers.{k}"
-            for ours, theirs in [("query", "query"), ("key", "key"), ("value", "value")]:
-                kernel = weight(f"{block}/self_attention_layer/{ours}/kernel")  # (H, heads, head_dim)
-                tensors[f"{name}.attention.{theirs}.weight"] = kernel.reshape(kernel.shape[0], -1).T
-                tensors[f"{name}.attention.{theirs}.bias"] = weight(f"{block}/self_attention_layer/{ours}/bias").reshape(-1)
-            kernel = weight(f"{block}/self_attention_layer/attention_output/kernel")  # (heads, head_dim, H)
-            tensors[f"{name}.attention.dense.weight"] = kernel.reshape(-1, kernel.shape[-1]).T
-            tensors[f"{name}.attention.dense.bias"] = weight(f"{block}/self_attention_layer/attention_output/bias")
-            for ours, theirs in [("self_attention_layer_norm", "attention.LayerNorm"),
-                                 ("feedforward_layer_norm", "full_layer_layer_norm")]:
-                tensors[f"{name}.{theirs}.weight"] = weight(f"{block}/{ours}/gamma")
-                tensors[f"{name}.{theirs}.bias"] = weight(f"{block}/{ours}/beta")
-            for ours, theirs in [("feedforward_intermediate_dense", "ffn"), ("feedforward_output_dense", "ffn_output")]:
-                tensors[f"{name}.{theirs}.weight"], tensors[f"{name}.{theirs}.bias"] = dense(f"{block}/{ours}")
-    return {prefix + name: value for name, value in tensors.items()}
-
-
-def write_huggingface_albert(folder, backbone, proto, heads=None, config_changes=None, prefix="albert."):
-    os.makedirs(folder)
-    config = {
-        "model_type": "albert", "architectures": ["AlbertForPreTraining"],
-        "vocab_size": backbone.vocabulary_size, "embedding_size": backbone.embedding_dim,
-        "hidden_size": backbone.hidden_dim, "num_hidden_layers": backbone.num_layers,
-        "num_hidden_groups": backbone.num_groups, "inner_group_num": backbone.num_inner_repetitions,
-        "num_attention_heads": backbone.num_heads, "intermediate_size": backbone.intermediate_dim,
-        "hidden_act": "gelu_new", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-        "max_position_embeddings": backbone.max_sequence_length, "type_vocab_size": 2,
-        "layer_norm_eps": 1e-12, "initializer_range": 0.02,
-    }
-    config.update(config_changes or {})
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f)
-    tensors = huggingface_tensors(backbone, prefix)
-    tensors.update(heads or {})
-    tensors = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
-    save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(folder, "spiece.model"), "wb") as f:
-        f.write(proto)
-    return folder
 
 
 def encoder_inputs(tokenizer, texts=TEXTS, sequence_length=16):

@@ -11,7 +11,7 @@ import kbert
 from kbert.preprocessing.sentence_piece_tokenizer import SPECIAL_TOKENS, WORD_START
 from tests.preprocessing.conftest import sms_spam_texts, squad_contexts, sst2_dev_sentences
 from tests.preprocessing.test_tokenizer_parity import EDGE_STRINGS
-from tests.sentence_piece import albert_prepare, albert_reference_ids, albert_sentence_piece_model
+from tests.albert import albert_prepare, albert_reference_ids, albert_sentence_piece_model
 from tests.test_case import run_config_round_trip, run_preprocessing_equivalence
 
 
@@ -106,7 +106,7 @@ def test_digit_comma_pieces_are_split_as_albert_does(processor):
     # ALBERT's own model has pieces such as "9,"; here they are user-defined.
     import io
 
-    from tests.sentence_piece import training_lines
+    from tests.albert import training_lines
 
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
