@@ -111,7 +111,7 @@ class SentencePieceTokenizer(BaseTokenizer):
     >>> tokenizer = kbert.SentencePieceTokenizer(model.getvalue())
     >>> ids = tokenizer(["The Cats sat."])
     >>> [tokenizer.id_to_token(i) for i in ids[0].numpy()]
-    ['▁the', '▁c', 'at', 's', '▁sat', '.']
+    ['▁the', '▁cats', '▁sat', '.']
     >>> tokenizer.detokenize(ids).numpy()
     array([b'the cats sat.'], dtype=object)
     """
