@@ -2,7 +2,7 @@
 
 The pipeline, in the order data takes it:
 
-- `Tokenizer` (TF-Text WordPiece) and `learn_vocabulary`;
+- `Tokenizer` (TF-Text WordPiece) and `learn_vocabulary`; `SentencePieceTokenizer` (ALBERT's);
 - `Preprocessor`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
 - `Encoder`: embeddings, Transformer blocks, pooler (`PRESETS` tiny ... large);
 - task models that `fit` on raw strings: `classifier`, `question_answerer`,
@@ -66,6 +66,7 @@ _NAMES = {
     "TaggerPreprocessor": "kbert.preprocessing.tagger_preprocessor",
     "SPECIAL_TOKENS": "kbert.preprocessing.tokenizer",
     "Tokenizer": "kbert.preprocessing.tokenizer",
+    "SentencePieceTokenizer": "kbert.preprocessing.sentence_piece_tokenizer",
     "learn_vocabulary": "kbert.preprocessing.vocabulary",
     "PRESETS": "kbert.presets",
     "classifier": "kbert.builders",
@@ -144,6 +145,7 @@ __all__ = [
     "QuestionAnswerer",
     "QuestionAnswererPreprocessor",
     "SPECIAL_TOKENS",
+    "SentencePieceTokenizer",
     "Tagger",
     "TaggerPreprocessor",
     "Tokenizer",

@@ -13,19 +13,19 @@ from kbert.models.multiple_choice import MultipleChoice
 from kbert.models.question_answerer import QuestionAnswerer
 from kbert.models.tagger import Tagger
 from kbert.preprocessing.preprocessor import Preprocessor
-from kbert.preprocessing.tokenizer import Tokenizer
+from kbert.preprocessing.base_tokenizer import tokenizer_from_vocabulary
 from kbert.presets import PRESETS
 
 
 def build_encoder_and_preprocessor(
     encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout=None
 ):
-    """Resolves `encoder` (preset name, checkpoint, `Encoder` or keras-hub `BertBackbone`) and its preprocessor.
+    """Resolves `encoder` (preset name, checkpoint, `Encoder` or keras-hub `BertBackbone` / `AlbertBackbone`) and its preprocessor.
 
     A name that is not a preset is a pretrained checkpoint (a folder or a name
     `kbert.load_pretrained` knows: Hugging Face and keras-hub names too): it
     brings its own vocabulary and casing. A keras-hub (or keras-nlp)
-    `BertBackbone` becomes a `kbert.Encoder` with its weights.
+    `BertBackbone` or `AlbertBackbone` becomes a `kbert.Encoder` with its weights.
     `dropout`, the task head's rate, is also the rate inside an encoder built
     here, unless `encoder_kwargs` sets its own (BERT uses one rate throughout).
     """
@@ -64,11 +64,9 @@ def build_encoder_and_preprocessor(
         if vocabulary is None:
             raise ValueError(
                 "Give a `vocabulary` (a list of tokens or a vocab.txt path, e.g. from "
-                "kbert.learn_vocabulary) or a `preprocessor`."
+                "kbert.learn_vocabulary; or a SentencePiece spiece.model) or a `preprocessor`."
             )
-        tokenizer = vocabulary if isinstance(vocabulary, Tokenizer) else Tokenizer(
-            vocabulary, lowercase=lowercase
-        )
+        tokenizer = tokenizer_from_vocabulary(vocabulary, lowercase=lowercase)
         preprocessor = Preprocessor(tokenizer, sequence_length=sequence_length)
     elif vocabulary is not None:
         raise ValueError("Give either a `vocabulary` or a `preprocessor`, not both.")
@@ -83,7 +81,7 @@ def build_encoder_and_preprocessor(
     elif not isinstance(encoder, Encoder):
         raise TypeError(
             f"`encoder` must be a preset name, a checkpoint, a kbert.Encoder or a keras-hub "
-            f"BertBackbone, got {type(encoder).__name__}."
+            f"BertBackbone or AlbertBackbone, got {type(encoder).__name__}."
         )
     elif encoder_kwargs or dtype is not None:
         raise ValueError(
@@ -95,7 +93,7 @@ def build_encoder_and_preprocessor(
 def _is_keras_hub_backbone(encoder):
     import keras_hub
 
-    return isinstance(encoder, keras_hub.models.BertBackbone)
+    return isinstance(encoder, (keras_hub.models.BertBackbone, keras_hub.models.AlbertBackbone))
 
 
 def classifier(
@@ -116,9 +114,10 @@ def classifier(
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
             freshly initialised, a pretrained checkpoint (folder or name, e.g.
             `"bert-base-uncased"`, see `kbert.load_pretrained`), a
-            `kbert.Encoder`, or a keras-hub `BertBackbone`.
+            `kbert.Encoder`, or a keras-hub `BertBackbone` or `AlbertBackbone`.
         num_classes: number of classes.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
+            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per example after packing; longer texts are
             truncated.
         preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
@@ -169,8 +168,9 @@ def question_answerer(
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
             freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
-            or a keras-hub `BertBackbone`.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+            or a keras-hub `BertBackbone` or `AlbertBackbone`.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
+            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per window, `[CLS] question [SEP] context [SEP]`.
         doc_stride: tokens between the starts of a long context's windows.
         max_question_length: question tokens kept; the rest are cut.
@@ -224,10 +224,11 @@ def tagger(
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
             freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
-            or a keras-hub `BertBackbone`.
+            or a keras-hub `BertBackbone` or `AlbertBackbone`.
         labels: the tag strings, in id order, e.g.
             `kbert.data.CONLL2003_LABELS`.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
+            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per window; a longer sentence is split into
             several windows between words, and no word is lost.
         preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
@@ -275,9 +276,10 @@ def multiple_choice(
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
             freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
-            or a keras-hub `BertBackbone`.
+            or a keras-hub `BertBackbone` or `AlbertBackbone`.
         num_choices: choices per question, the same for all.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
+            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per packed `[CLS] context [SEP] choice [SEP]`;
             the longer text is cut first.
         preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
@@ -319,8 +321,9 @@ def embedder(
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
             freshly initialised, a pretrained checkpoint, a `kbert.Encoder`
-            (e.g. pretrained or fine-tuned), or a keras-hub `BertBackbone`.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds.
+            (e.g. pretrained or fine-tuned), or a keras-hub `BertBackbone` or `AlbertBackbone`.
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
+            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         pooling: `"mean"` (average of the token vectors, padding excluded),
             `"cls"` (the `[CLS]` vector) or `"pooled"` (the tanh pooler's).
         normalize: scale sentence embeddings to unit L2 norm.

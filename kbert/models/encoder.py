@@ -284,11 +284,13 @@ class Encoder(keras.Model):
 
     @classmethod
     def from_keras_hub(cls, backbone, dropout=None, dtype=None):
-        """An encoder with the shape and weights of a keras-hub (or keras-nlp) `BertBackbone`.
+        """An encoder with the shape and weights of a keras-hub (or keras-nlp) `BertBackbone` or `AlbertBackbone`.
 
-        kbert computes the exact GELU where `BertBackbone` uses its tanh
-        approximation; with the same weights, outputs differ by about 1e-5
-        to 1e-4. `dropout` and `dtype` default to the backbone's.
+        From a `BertBackbone`, kbert computes the exact GELU where keras-hub
+        uses its tanh approximation; with the same weights, outputs differ
+        by about 1e-5 to 1e-4. From an `AlbertBackbone`, the encoder has its
+        embedding size, groups and tanh GELU, and equal outputs. `dropout`
+        and `dtype` default to the backbone's.
 
         Example:
         >>> backbone = keras_hub.models.BertBackbone(vocabulary_size=50, num_layers=1,
@@ -302,7 +304,7 @@ class Encoder(keras.Model):
         return encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype)
 
     def to_keras_hub(self):
-        """A keras-hub `BertBackbone` with this encoder's shape, dropout, dtype and weights.
+        """A keras-hub `BertBackbone` (`AlbertBackbone` for an ALBERT) with this encoder's shape, dropout, dtype and weights.
 
         Example:
         >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=50, num_layers=1)

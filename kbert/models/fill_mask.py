@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from kbert.models.pretrainer import Pretrainer
 from kbert.preprocessing.preprocessor import Preprocessor
-from kbert.preprocessing.tokenizer import CLS, MASK, PAD, SEP, Tokenizer
+from kbert.preprocessing.base_tokenizer import BaseTokenizer, tokenizer_from_vocabulary
 
 
 class FillMask:
@@ -29,7 +29,7 @@ class FillMask:
     Args:
         pretrainer: a `kbert.Pretrainer`; its encoder and masked-LM head are
             used.
-        tokenizer: the `kbert.Tokenizer` of the vocabulary the encoder was
+        tokenizer: the tokenizer (WordPiece or SentencePiece) the encoder was
             pretrained with.
         top_k: candidates listed per mask, at most the vocabulary size
             minus the 4 excluded special tokens.
@@ -52,8 +52,11 @@ class FillMask:
             raise TypeError(
                 f"`pretrainer` must be a kbert.Pretrainer, got {type(pretrainer).__name__}."
             )
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"`tokenizer` must be a kbert.Tokenizer, got {type(tokenizer).__name__}.")
+        if not isinstance(tokenizer, BaseTokenizer):
+            raise TypeError(
+                "`tokenizer` must be a kbert.Tokenizer or kbert.SentencePieceTokenizer, got "
+                f"{type(tokenizer).__name__}."
+            )
         encoder = pretrainer.encoder
         vocabulary_size = tokenizer.vocabulary_size()
         if vocabulary_size != encoder.vocabulary_size:
@@ -75,7 +78,9 @@ class FillMask:
         self.preprocessor = Preprocessor(tokenizer, sequence_length)
         self.sequence_length = int(sequence_length)
         self.batch_size = int(batch_size)
-        self.excluded_token_ids = sorted(tokenizer.token_to_id(t) for t in (PAD, CLS, SEP, MASK))
+        self.excluded_token_ids = sorted(
+            {tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id}
+        )
         self._logit_mask = np.zeros(vocabulary_size, "float32")
         self._logit_mask[self.excluded_token_ids] = -np.inf
         self.top_k = self._check_top_k(top_k)
@@ -158,12 +163,12 @@ class FillMask:
         for text, n_written, n_kept in zip(texts, written, kept):
             if n_written == 0:
                 raise ValueError(
-                    f"No {MASK} token in the text {text!r}; write {MASK} where a token "
+                    f"No [MASK] token in the text {text!r}; write [MASK] where a token "
                     "should be predicted."
                 )
             if n_kept < n_written:
                 raise ValueError(
-                    f"A {MASK} of the text {text!r} falls past `sequence_length` "
+                    f"A [MASK] of the text {text!r} falls past `sequence_length` "
                     f"{self.sequence_length} and was cut off; shorten the text or raise "
                     "`sequence_length`."
                 )
@@ -180,8 +185,10 @@ def fill_mask(model, vocabulary=None, tokenizer=None, top_k=5, sequence_length=N
     Args:
         model: a `kbert.Pretrainer`.
         vocabulary: the tokens the model was pretrained with (a list or a
-            `vocab.txt` path), or a ready `kbert.Tokenizer`.
-        tokenizer: a `kbert.Tokenizer`, instead of `vocabulary`.
+            `vocab.txt` path), a SentencePiece `spiece.model` path, or a ready
+            tokenizer.
+        tokenizer: a `kbert.Tokenizer` or `kbert.SentencePieceTokenizer`,
+            instead of `vocabulary`.
         top_k: candidates listed per mask.
         sequence_length: tokens per packed text; default 128, or the
             encoder's `max_sequence_length` when that is shorter.
@@ -203,7 +210,5 @@ def fill_mask(model, vocabulary=None, tokenizer=None, top_k=5, sequence_length=N
             "Give either a `vocabulary` (a list of tokens or a vocab.txt path) or a `tokenizer`."
         )
     if tokenizer is None:
-        tokenizer = vocabulary if isinstance(vocabulary, Tokenizer) else Tokenizer(
-            vocabulary, lowercase=lowercase
-        )
+        tokenizer = tokenizer_from_vocabulary(vocabulary, lowercase=lowercase)
     return FillMask(model, tokenizer, top_k=top_k, sequence_length=sequence_length)

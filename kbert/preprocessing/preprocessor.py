@@ -5,7 +5,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.preprocessing.preprocessing_layer import PreprocessingLayer, to_string_tensor
-from kbert.preprocessing.tokenizer import Tokenizer
+from kbert.preprocessing.base_tokenizer import BaseTokenizer
 
 TRUNCATIONS = ("longest_first", "waterfall")
 
@@ -47,7 +47,7 @@ class Preprocessor(PreprocessingLayer):
     exported graph, with the same result.
 
     Args:
-        tokenizer: a `kbert.Tokenizer`.
+        tokenizer: a `kbert.Tokenizer` (WordPiece) or `kbert.SentencePieceTokenizer`.
         sequence_length: the packed length, `[CLS]` and `[SEP]`s included.
         truncation: `"longest_first"` or `"waterfall"`.
 
@@ -65,8 +65,11 @@ class Preprocessor(PreprocessingLayer):
         super().__init__(**kwargs)
         if isinstance(tokenizer, dict):
             tokenizer = keras.saving.deserialize_keras_object(tokenizer)
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"`tokenizer` must be a kbert.Tokenizer, got {type(tokenizer).__name__}.")
+        if not isinstance(tokenizer, BaseTokenizer):
+            raise TypeError(
+                "`tokenizer` must be a kbert.Tokenizer or kbert.SentencePieceTokenizer, got "
+                f"{type(tokenizer).__name__}."
+            )
         if truncation not in TRUNCATIONS:
             raise ValueError(f"`truncation` must be one of {TRUNCATIONS}, got {truncation!r}.")
         if int(sequence_length) < 3:

@@ -120,10 +120,9 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         self.max_answer_length = int(max_answer_length)
         self.n_best = int(n_best)
         self.null_score_threshold = null_score_threshold
-        # Word pieces that continue a word ("##s"): answers are widened to whole words.
-        self._continues_word = np.array(
-            [token.startswith("##") and len(token) > 2 for token in self.tokenizer.get_vocabulary()]
-        )
+        # Pieces that continue a word ("##s"): answers are widened to whole words.
+        self._continues_word = np.zeros(self.tokenizer.vocabulary_size(), bool)
+        self._continues_word[self.tokenizer.continuation_ids()] = True
         self._training_function = None
 
     # --- Windows (TensorFlow ops) -------------------------------------------

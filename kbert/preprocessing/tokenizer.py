@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.preprocessing.preprocessing_layer import PreprocessingLayer, to_string_tensor
+from kbert.preprocessing.base_tokenizer import BaseTokenizer
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -57,7 +57,7 @@ def read_vocabulary(vocabulary):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Tokenizer(PreprocessingLayer):
+class Tokenizer(BaseTokenizer):
     """BERT's WordPiece tokenizer, in the graph.
 
     Text goes through BERT's basic tokenization, then WordPiece:
@@ -114,13 +114,7 @@ class Tokenizer(PreprocessingLayer):
         self.special_tokens_in_strings = bool(special_tokens_in_strings)
         self.max_chars_per_word = int(max_chars_per_word)
 
-        self._token_to_id = {token: i for i, token in enumerate(self.vocabulary)}
-        self.pad_token_id = self._token_to_id[PAD]
-        self.unk_token_id = self._token_to_id[UNK]
-        self.cls_token_id = self._token_to_id[CLS]
-        self.sep_token_id = self._token_to_id[SEP]
-        self.mask_token_id = self._token_to_id[MASK]
-        self.special_token_ids = sorted(self._token_to_id[t] for t in SPECIAL_TOKENS)
+        self._set_vocabulary(self.vocabulary, PAD, UNK, CLS, SEP, MASK)
 
         keep = [_PUNCTUATION, _CJK]
         special = "|".join(re.escape(t) for t in SPECIAL_TOKENS)
@@ -140,53 +134,11 @@ class Tokenizer(PreprocessingLayer):
             support_detokenization=True,
         )
 
-    # Vocabulary access.
-    def vocabulary_size(self):
-        return len(self.vocabulary)
-
-    def get_vocabulary(self):
-        return list(self.vocabulary)
-
-    def token_to_id(self, token):
-        if token not in self._token_to_id:
-            raise KeyError(f"Token {token!r} is not in the vocabulary.")
-        return self._token_to_id[token]
-
     def continuation_ids(self):
         """Ids of the pieces that continue a word (`##` pieces), for whole-word and n-gram masking."""
         return [i for i, token in enumerate(self.vocabulary) if token.startswith("##")]
 
-    def id_to_token(self, token_id):
-        token_id = int(token_id)
-        if not 0 <= token_id < len(self.vocabulary):
-            raise IndexError(
-                f"Token id {token_id} is outside the vocabulary [0, {len(self.vocabulary)})."
-            )
-        return self.vocabulary[token_id]
-
     # Tokenization.
-    def _batch(self, texts):
-        texts = to_string_tensor(texts)
-        if isinstance(texts, tf.RaggedTensor):
-            raise TypeError("Tokenizer takes a dense batch of strings, not a ragged tensor.")
-        if texts.shape.rank == 2 and texts.shape[-1] == 1:
-            texts = tf.squeeze(texts, -1)
-        if texts.shape.rank not in (0, 1):
-            raise ValueError(
-                f"Tokenizer takes a string or a batch (1-D) of strings, got shape {texts.shape}."
-            )
-        scalar = texts.shape.rank == 0
-        if scalar:
-            texts = texts[tf.newaxis]
-        # Each invalid UTF-8 sequence becomes U+FFFD, which is then dropped.
-        texts = tf.strings.unicode_transcode(
-            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-        )
-        # Some TF string ops stop at NUL; U+0001 is dropped the same way and
-        # keeps every byte offset.
-        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-        return texts, scalar
-
     def _normalize(self, strings, special):
         """Normalizes a flat tensor of words or characters."""
         normalized = strings
@@ -250,10 +202,6 @@ class Tokenizer(PreprocessingLayer):
         pieces = self._wordpiece.tokenize(self._limit_word_length(words.flat_values))
         token_ids = words.with_flat_values(pieces).merge_dims(-2, -1)
         return token_ids[0] if scalar else token_ids
-
-    def tokenize(self, texts):
-        """Token ids of each text, a `tf.RaggedTensor` of int32."""
-        return self(texts)
 
     def tokenize_with_offsets(self, texts):
         """Token ids and each token's `[start, end)` byte offsets into its text.

@@ -127,9 +127,9 @@ def test_tokenizers_convert_both_ways_and_split_alike():
 
 
 def test_wrong_types_are_named():
-    with pytest.raises(TypeError, match="Expected a keras_hub.models.BertBackbone, got Encoder"):
+    with pytest.raises(TypeError, match="Expected a keras_hub.models.BertBackbone or AlbertBackbone, got Encoder"):
         kbert.Encoder.from_keras_hub(kbert.Encoder(**tiny_encoder_kwargs()))
-    with pytest.raises(TypeError, match="kbert.Encoder or a keras-hub BertBackbone, got int"):
+    with pytest.raises(TypeError, match="kbert.Encoder or a keras-hub BertBackbone or AlbertBackbone, got int"):
         kbert.classifier(3, vocabulary=TINY_VOCABULARY)
 
 

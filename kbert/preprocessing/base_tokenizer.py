@@ -1,0 +1,113 @@
+"""What every kbert tokenizer offers: vocabulary access, special token ids, batch handling."""
+
+import tensorflow as tf
+
+from kbert.preprocessing.preprocessing_layer import PreprocessingLayer, to_string_tensor
+
+
+class BaseTokenizer(PreprocessingLayer):
+    """The interface kbert's preprocessors, task models and exports rely on.
+
+    `kbert.Tokenizer` (BERT's WordPiece) and `kbert.SentencePieceTokenizer`
+    (ALBERT's) implement it, so every place that takes a tokenizer takes
+    either. A subclass calls `_set_vocabulary` with its tokens and the
+    names of its five special tokens, and implements `call` (a batch of
+    texts to a ragged tensor of int32 ids), `tokenize_with_offsets`,
+    `split_words`, `detokenize`, `continuation_ids` and `get_config`.
+
+    Attributes:
+        pad_token_id, unk_token_id, cls_token_id, sep_token_id,
+        mask_token_id: the ids of the special tokens.
+        special_token_ids: those five ids, sorted.
+    """
+
+    def _set_vocabulary(self, tokens, pad, unk, cls, sep, mask):
+        self.vocabulary = list(tokens)
+        self._token_to_id = {}
+        for i, token in enumerate(self.vocabulary):
+            self._token_to_id.setdefault(token, i)
+        self.pad_token_id = self._token_to_id[pad]
+        self.unk_token_id = self._token_to_id[unk]
+        self.cls_token_id = self._token_to_id[cls]
+        self.sep_token_id = self._token_to_id[sep]
+        self.mask_token_id = self._token_to_id[mask]
+        self.special_token_ids = sorted(
+            {self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id,
+             self.mask_token_id}
+        )
+
+    # Vocabulary access.
+    def vocabulary_size(self):
+        return len(self.vocabulary)
+
+    def get_vocabulary(self):
+        return list(self.vocabulary)
+
+    def token_to_id(self, token):
+        if token not in self._token_to_id:
+            raise KeyError(f"Token {token!r} is not in the vocabulary.")
+        return self._token_to_id[token]
+
+    def id_to_token(self, token_id):
+        token_id = int(token_id)
+        if not 0 <= token_id < len(self.vocabulary):
+            raise IndexError(
+                f"Token id {token_id} is outside the vocabulary [0, {len(self.vocabulary)})."
+            )
+        return self.vocabulary[token_id]
+
+    def continuation_ids(self):
+        """Ids of the pieces that continue a word, sorted (whole-word masking, QA answer widening)."""
+        raise NotImplementedError
+
+    def tokenize(self, texts):
+        """Token ids of each text, a `tf.RaggedTensor` of int32."""
+        return self(texts)
+
+    # Input handling.
+    def _batch(self, texts):
+        """`(texts, scalar)`: a 1-D batch of valid UTF-8 strings, and whether the input was one text."""
+        texts = to_string_tensor(texts)
+        name = type(self).__name__
+        if isinstance(texts, tf.RaggedTensor):
+            raise TypeError(f"{name} takes a dense batch of strings, not a ragged tensor.")
+        if texts.shape.rank == 2 and texts.shape[-1] == 1:
+            texts = tf.squeeze(texts, -1)
+        if texts.shape.rank not in (0, 1):
+            raise ValueError(
+                f"{name} takes a string or a batch (1-D) of strings, got shape {texts.shape}."
+            )
+        scalar = texts.shape.rank == 0
+        if scalar:
+            texts = texts[tf.newaxis]
+        # Each invalid UTF-8 sequence becomes U+FFFD.
+        texts = tf.strings.unicode_transcode(
+            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        # Some TF string ops stop at NUL; U+0001 is dropped the same way and
+        # keeps every byte offset.
+        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+        return texts, scalar
+
+
+def tokenizer_from_vocabulary(vocabulary, lowercase=True):
+    """The tokenizer a `vocabulary` argument stands for.
+
+    A ready tokenizer is returned as is; a SentencePiece model (its bytes, or
+    a path ending in `.model` or `.spm`, such as ALBERT's `spiece.model`)
+    gives a `kbert.SentencePieceTokenizer`; a list of tokens or a `vocab.txt`
+    path gives a WordPiece `kbert.Tokenizer`.
+    """
+    import os
+
+    from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
+    from kbert.preprocessing.tokenizer import Tokenizer
+
+    if isinstance(vocabulary, BaseTokenizer):
+        return vocabulary
+    if isinstance(vocabulary, (bytes, bytearray)) or (
+        isinstance(vocabulary, (str, os.PathLike))
+        and os.fspath(vocabulary).endswith((".model", ".spm"))
+    ):
+        return SentencePieceTokenizer(vocabulary, lowercase=lowercase)
+    return Tokenizer(vocabulary, lowercase=lowercase)
