@@ -79,8 +79,11 @@ HEADS = {
     "masked_lm_head/intermediate_layer_norm/gamma": "predictions.LayerNorm.weight",
     "masked_lm_head/intermediate_layer_norm/beta": "predictions.LayerNorm.bias",
     "masked_lm_head/output_bias": "predictions.bias",
+    "sentence_order_head/kernel": "sop_classifier.classifier.weight",
+    "sentence_order_head/bias": "sop_classifier.classifier.bias",
 }
 MASKED_LM_TENSOR = HEADS["masked_lm_head/output_bias"]
+SENTENCE_ORDER_TENSOR = HEADS["sentence_order_head/kernel"]
 _PREFIX = "albert."
 # Tensors a checkpoint may hold that the encoder does not use: the heads
 # (read separately), the tied decoder and position ids.
@@ -221,12 +224,12 @@ def load_albert_tensors(encoder, arguments, tensors, source):
 
 
 def set_albert_head_tensors(pretrainer, tensors, source):
-    """Assigns an ALBERT checkpoint's masked-LM head (`predictions.*`) to a `kbert.Pretrainer`."""
+    """Assigns an ALBERT checkpoint's heads (`predictions.*`, `sop_classifier.*`) to a `kbert.Pretrainer`."""
     set_head_tensors(pretrainer, tensors, source, names=HEADS)
 
 
 def albert_tensors(model, encoder):
-    """An encoder's (and a Pretrainer's masked-LM head's) weights under ALBERT's names."""
+    """An encoder's (and a Pretrainer's heads') weights under ALBERT's names."""
     tensors = encoder_tensors(encoder, name_of=checkpoint_name)
     if encoder.embedding_size == encoder.hidden_dim:
         tensors[PROJECTION_KERNEL] = np.eye(encoder.hidden_dim, dtype="float32")

@@ -181,8 +181,8 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
         dtype: the encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         heads: also load the masked-LM head (and the next-sentence head
             when the checkpoint has one) into a `kbert.Pretrainer`, e.g. for
-            `kbert.fill_mask` or more pretraining. Of an ALBERT checkpoint
-            only the masked-LM head is loaded (not the sentence-order head).
+            `kbert.fill_mask` or more pretraining; of an ALBERT checkpoint,
+            the sentence-order head when it has one (`objective="sop"`).
 
     Returns:
         `(encoder, tokenizer)`, or `(pretrainer, tokenizer)` with `heads=True`.
@@ -300,7 +300,9 @@ def _load_albert_folder(folder, dropout, dtype, heads):
 
     if albert.MASKED_LM_TENSOR not in tensors:
         raise ValueError(f"{folder} has no masked-LM head (no tensor {albert.MASKED_LM_TENSOR}).")
-    pretrainer = Pretrainer(encoder, next_sentence=False)
+    # ALBERT pretrains with sentence-order prediction; a masked-LM-only checkpoint has no SOP head.
+    objective = "sop" if albert.SENTENCE_ORDER_TENSOR in tensors else "none"
+    pretrainer = Pretrainer(encoder, objective=objective)
     albert.set_albert_head_tensors(pretrainer, tensors, folder)
     return pretrainer, tokenizer
 

@@ -110,7 +110,7 @@ def test_save_pretrained_round_trips_an_albert_folder(proto, tmp_path):
     assert_all_close(reloaded(inputs), encoder(inputs), atol=0)
 
 
-def test_masked_lm_head_loads_and_saves(proto, tmp_path):
+def test_pretraining_heads_load_and_save(proto, tmp_path):
     backbone = random_backbone(proto, **SHAPES["one group"])
     rng = np.random.default_rng(0)
     heads = {
@@ -128,9 +128,13 @@ def test_masked_lm_head_loads_and_saves(proto, tmp_path):
     assert isinstance(pretrainer, kbert.Pretrainer)
     head = pretrainer.masked_lm_head
     np.testing.assert_array_equal(head._intermediate_dense.kernel.numpy(), heads["predictions.dense.weight"].T)
+    assert pretrainer.objective == "sop"
+    np.testing.assert_array_equal(pretrainer.sentence_order_head.kernel.numpy(),
+                                  heads["sop_classifier.classifier.weight"].T)
     saved = kbert.save_pretrained(pretrainer, tokenizer, tmp_path / "saved")
     tensors = load_file(os.path.join(saved, "model.safetensors"))
-    for name in ("predictions.dense.weight", "predictions.LayerNorm.weight", "predictions.bias"):
+    for name in ("predictions.dense.weight", "predictions.LayerNorm.weight", "predictions.bias",
+                 "sop_classifier.classifier.weight", "sop_classifier.classifier.bias"):
         np.testing.assert_array_equal(tensors[name], heads[name])
     assert "albert.encoder.embedding_hidden_mapping_in.weight" in tensors
     fill = kbert.fill_mask(pretrainer, tokenizer=tokenizer, top_k=2)
