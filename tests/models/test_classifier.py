@@ -6,21 +6,20 @@ import tensorflow as tf
 import kbert
 from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
-from tests.test_case import ARCHITECTURES, TINY_VOCABULARY, run_task_test, tiny_encoder_kwargs
+from tests.test_case import TINY_VOCABULARY, run_task_test, tiny_encoder_kwargs
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"]
 LABELS = [1, 0, 1, 0]
 
 
-def tiny_classifier(num_classes=2, sequence_length=12, architecture="bert", **kwargs):
+def tiny_classifier(num_classes=2, sequence_length=12, **kwargs):
     preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
-    encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture=architecture))
+    encoder = kbert.Encoder(**tiny_encoder_kwargs())
     return kbert.Classifier(encoder, num_classes=num_classes, preprocessor=preprocessor, **kwargs)
 
 
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_fit_predict_save_on_single_texts(tmp_path, architecture):
-    model = tiny_classifier(class_names=["negative", "positive"], architecture=architecture)
+def test_fit_predict_save_on_single_texts(tmp_path):
+    model = tiny_classifier(class_names=["negative", "positive"])
     dataset = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS))
     restored, predictions = run_task_test(model, TEXTS, LABELS, tmp_path, dataset=dataset,
                                           request={"text": TEXTS})

@@ -14,7 +14,6 @@ from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
 from kbert.models.question_answerer import keyword_examples
 from tests.test_case import (
-    ARCHITECTURES,
     TINY_VOCABULARY,
     assert_all_close,
     run_config_round_trip,
@@ -28,10 +27,10 @@ LONG_CONTEXT = "the cat sat on the mat . a dog sat on the mat . the film"
 NON_ASCII_CONTEXT = "Zoë's café: 東京 🤗 naïve e\u0301te\u0301 Ω sat!"
 
 
-def tiny_answerer(sequence_length=SEQUENCE_LENGTH, vocabulary=TINY_VOCABULARY, architecture="bert", **kwargs):
+def tiny_answerer(sequence_length=SEQUENCE_LENGTH, vocabulary=TINY_VOCABULARY, **kwargs):
     kwargs = {"doc_stride": 3, "max_question_length": 4, **kwargs}
     preprocessor = kbert.Preprocessor(kbert.Tokenizer(vocabulary), sequence_length)
-    encoder = kbert.Encoder(**tiny_encoder_kwargs(len(vocabulary), architecture))
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(len(vocabulary)))
     return kbert.QuestionAnswerer(encoder, preprocessor, **kwargs)
 
 
@@ -73,9 +72,8 @@ def trained():
     return model, train, held_out, history
 
 
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_task_harness(tmp_path, architecture):
-    model = tiny_answerer(architecture=architecture)
+def test_task_harness(tmp_path):
+    model = tiny_answerer()
     records = training_set()[0][:4] + [answer_record("who sat ?", LONG_CONTEXT, "dog")]
     # A dataset holds windows: what the input pipeline makes of the records.
     windows = task_dataset(model.preprocessor, records, batch_size=3)

@@ -209,11 +209,6 @@ def test_continuation_ids(tokenizer):
     assert tokenizer.token_to_id("s") in continuing
 
 
-def test_wordpiece_tokenizer_continuation_ids():
-    tokenizer = kbert.Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat", "##s", "##"])
-    assert tokenizer.continuation_ids() == [6]
-
-
 # Offsets.
 
 
