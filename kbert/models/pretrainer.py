@@ -7,6 +7,7 @@ import keras_hub
 import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
+from kbert.distribute import MultiWorkerFit, distributed_stream
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.models.task_model import FreezesUnusedPooler
 from kbert.optimization import bert_adamw, start_schedule_window
@@ -29,7 +30,7 @@ def default_pretraining_learning_rate(hidden_dim):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Pretrainer(FreezesUnusedPooler, keras.Model):
+class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """Pretrains a `kbert.Encoder` as BERT does: masked LM plus next-sentence prediction.
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
@@ -232,7 +233,8 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         kwargs.setdefault("shuffle", False)  # a stream reshuffles itself, if at all
         # The stream restarts at batch `done`: the rest of that pass, then
         # endless further passes.
-        return super().fit(stream(done), epochs=epochs, steps_per_epoch=steps_per_epoch,
+        batches = distributed_stream(self.distribute_strategy, stream, done)
+        return super().fit(batches, epochs=epochs, steps_per_epoch=steps_per_epoch,
                            initial_epoch=initial_epoch, callbacks=callbacks, **kwargs)
 
     def _fit_as_keras(self, x, y, batch_size, epochs, steps_per_epoch, initial_epoch, callbacks,
