@@ -8,6 +8,7 @@ import keras
 
 from kbert.atomic_files import remove_temporary_files, write_atomically
 from kbert.distribute import all_workers, is_chief, remove_worker_directory, worker_directory
+from kbert.optimization import batches_trained
 
 # `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the
 # position makes the name of every backup of a run new, so writing one never
@@ -143,7 +144,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             raise ValueError(f"The workers find different backups in {self.backup_dir} ({steps}, "
                              "by replica): it must be one directory that every worker reads.")
         if position is None:
-            self._first_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            self._first_step = batches_trained(self.model.optimizer)
             return
         self._first_step = position["first_step"]
         if not self.model.built:
@@ -195,7 +196,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = None
 
     def _back_up(self, epoch, batches_done):
-        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        step = batches_trained(self.model.optimizer)
         weights_file = f"backup-step{step}-epoch{epoch}-batch{batches_done}.weights.h5"
         self._write_weights(os.path.join(self._write_dir, weights_file))
         self._write_metadata(

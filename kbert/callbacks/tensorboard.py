@@ -3,6 +3,7 @@
 import keras
 
 from kbert.distribute import remove_worker_directory, worker_directory
+from kbert.optimization import batches_trained
 
 
 class TensorBoard(keras.callbacks.TensorBoard):
@@ -65,7 +66,7 @@ class TensorBoard(keras.callbacks.TensorBoard):
         super().on_train_begin(logs)
         optimizer = self.model.optimizer
         if optimizer is not None:
-            self._global_train_batch = int(keras.ops.convert_to_numpy(optimizer.iterations))
+            self._global_train_batch = batches_trained(optimizer)
 
     def on_test_end(self, logs=None):
         # Keras' own method, with the summaries recorded whatever the batch filter says.

@@ -9,7 +9,7 @@ import tensorflow as tf
 from kbert.data.input_pipeline import task_dataset
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker
 from kbert.models.encoder import bert_initializer
-from kbert.optimization import bert_adamw, default_learning_rate, start_schedule_window
+from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
 
 
 class FreezesUnusedPooler:
@@ -177,7 +177,7 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
             cardinality = int(dataset.cardinality())
             steps = cardinality if cardinality > 0 else None
         total = None if steps is None else steps * max(epochs, 1)
-        start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
+        start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
 
     def _map_batches(self, function, batches, verbose):
         """Runs `function` (a `tf.function`) on each batch, with a progress bar; NumPy results."""
