@@ -250,8 +250,12 @@ class MultiWorkerFit:
       which scalars do not have; here each replica returns its logs with a
       leading axis of 1, so that average is the mean over the replicas.
 
-    `fit` also runs inside the strategy's scope there, so that callbacks
-    can tell the chief from the other workers (`is_chief()`).
+    `predict_on_batch` predicts the batch it is given on this worker alone
+    (Keras would run the whole batch on every replica and return all the
+    copies). `fit` also runs inside the strategy's scope there, so that callbacks
+    can tell the chief from the other workers (`is_chief()`). Under any
+    strategy, an optimizer with `gradient_accumulation_steps` is refused up
+    front: Keras 3.15's accumulation fails there, deep inside the first step.
 
     Everything else (the step, the loss scaling by the number of replicas,
     the all-reduce of the gradients, callbacks) is Keras' own. A test fails
@@ -267,11 +271,25 @@ class MultiWorkerFit:
     """
 
     def fit(self, *args, **kwargs):
+        optimizer = getattr(self, "optimizer", None)
+        if getattr(optimizer, "gradient_accumulation_steps", None) and self._distribute_strategy:
+            raise ValueError(
+                "Keras cannot accumulate gradients under a tf.distribute strategy (its update makes "
+                "a cross-replica call inside a conditional, which TensorFlow refuses); compile "
+                "without gradient_accumulation_steps, or train outside the strategy's scope."
+            )
         if not is_multi_worker(self.distribute_strategy):
             return super().fit(*args, **kwargs)
         # Inside the scope, callbacks know this process' role (`is_chief()`).
         with self.distribute_strategy.scope():
             return super().fit(*args, **kwargs)
+
+    def predict_on_batch(self, x):
+        if not is_multi_worker(self.distribute_strategy):
+            return super().predict_on_batch(x)
+        # Keras would give the whole batch to every replica and gather the copies.
+        # A batch given by hand is this worker's own: it predicts it alone.
+        return keras.tree.map_structure(keras.ops.convert_to_numpy, self(x, training=False))
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         if iterator is None or not is_multi_worker(self.distribute_strategy):

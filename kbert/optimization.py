@@ -104,12 +104,16 @@ class BertAdamW(keras.optimizers.AdamW):
 def bert_adamw(learning_rate, weight_decay=0.01, gradient_accumulation_steps=None):
     """BERT's fine-tuning optimiser with a `WarmupLinearDecay` schedule.
 
-    With `gradient_accumulation_steps=n` (at least 2), the weights are
-    updated every `n` batches with the mean of their gradients: the update
-    of one batch `n` times as large, in the memory of one.
+    With `gradient_accumulation_steps=n`, the weights are updated every `n`
+    batches with the mean of their gradients: the update of one batch `n`
+    times as large, in the memory of one (`None` or 1: every batch).
     """
+    if gradient_accumulation_steps is not None and int(gradient_accumulation_steps) < 1:
+        raise ValueError("`gradient_accumulation_steps` must be a positive integer or None, got "
+                         f"{gradient_accumulation_steps!r}.")
+    accumulation = int(gradient_accumulation_steps) if gradient_accumulation_steps else 1
     return BertAdamW(learning_rate=WarmupLinearDecay(learning_rate), weight_decay=weight_decay,
-                     gradient_accumulation_steps=gradient_accumulation_steps)
+                     gradient_accumulation_steps=accumulation if accumulation > 1 else None)
 
 
 def default_learning_rate(hidden_dim):

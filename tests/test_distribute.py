@@ -47,8 +47,8 @@ class Processes:
     def __init__(self):
         self.running = []
 
-    def start(self, folder, name, jobs, *arguments, workers=2, kill_at_step=None):
-        """`workers` processes of `jobs` (0: one process without TF_CONFIG); their outputs' paths."""
+    def start(self, folder, name, jobs, *arguments, workers=2, kill_at_step=None, command=None):
+        """`workers` processes of `jobs` (0: one process without TF_CONFIG), or of `command`."""
         ports = free_ports(workers)
         started = []
         for index in range(max(workers, 1)):
@@ -59,9 +59,14 @@ class Processes:
             out = folder / f"{name}-{index}.npz"
             extra = ["--kill-at-step", str(kill_at_step)] if kill_at_step and index == 1 else []
             log = open(folder / f"{name}-{index}.log", "w")
+            if command is None:
+                command_line = [sys.executable, str(SCRIPT), jobs, "--corpus", str(folder / "corpus"),
+                                "--logdir", str(folder / f"{name}-logs"), "--out", str(out), *arguments,
+                                *extra]
+            else:
+                command_line = [sys.executable, *command]
             process = subprocess.Popen(
-                [sys.executable, str(SCRIPT), jobs, "--corpus", str(folder / "corpus"),
-                 "--logdir", str(folder / f"{name}-logs"), "--out", str(out), *arguments, *extra],
+                command_line,
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
             process.out, process.log = out, folder / f"{name}-{index}.log"
@@ -233,3 +238,38 @@ def test_a_second_worker_with_the_same_index_is_an_error():
             wait_for_workers(cluster, kind, index, timeout=1)
     finally:
         holder.close()
+
+
+def test_gradient_accumulation_under_a_strategy_is_refused_with_a_clear_error():
+    import tensorflow as tf
+
+    import kbert
+
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        pretrainer = kbert.Pretrainer(kbert.Encoder(vocabulary_size=len(VOCABULARY), num_layers=1,
+                                                    hidden_dim=8, num_heads=2, intermediate_dim=16))
+        pretrainer.compile(gradient_accumulation_steps=2)
+    x = {"token_ids": np.full((2, 4), 5), "segment_ids": np.zeros((2, 4), int),
+         "padding_mask": np.ones((2, 4), int), "mask_positions": np.ones((2, 1), int)}
+    y = {"mlm": np.full((2, 1), 6), "nsp": np.zeros(2, int)}
+    with pytest.raises(ValueError, match="cannot accumulate gradients under a tf.distribute strategy"):
+        pretrainer.fit(x, y, verbose=0)
+
+
+def test_kbert_pretrain_runs_as_a_worker_when_tf_config_is_set(cluster_runs, processes, tmp_path):
+    folder, _, _ = cluster_runs
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n")
+    out = tmp_path / "run"
+    command = ["-m", "kbert.cli", "pretrain", "--corpus", str(folder / "corpus" / "*.txt"),
+               "--vocabulary", str(tmp_path / "vocab.txt"), "--out", str(out), "--preset", "tiny",
+               "--sequence-length", "32", "--batch-size", "12", "--steps-per-epoch", "3", "--quiet"]
+    workers = processes.start(tmp_path, "cli", None, command=command)
+    for process, code in zip(workers, processes.wait(workers)):
+        assert code == 0, tail(process)
+        assert "Saved " in process.log.read_text()
+    # One model, one set of summaries: the chief's.
+    assert (out / "pretrainer.keras").is_file()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-001.keras"]
+    # events.out.tfevents.<time>.<host>.<process id>.<number>.v2
+    writers = {p.name.split(".")[-3] for p in (out / "tensorboard").rglob("events.out.tfevents.*")}
+    assert len(writers) == 1  # the event files of one process
