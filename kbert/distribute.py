@@ -28,9 +28,8 @@ import socket
 import tempfile
 import time
 
-import keras
-import numpy as np
-import tensorflow as tf
+# TensorFlow and Keras are imported where they are used: `kbert --help` reads
+# `STRATEGIES` and must stay instant.
 
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 # How long a worker waits for the others to start before it gives up.
@@ -57,6 +56,8 @@ def make_strategy(name=None, connect_timeout=DEFAULT_CONNECT_TIMEOUT, tpu=None):
     >>> make_strategy("default").num_replicas_in_sync
     1
     """
+    import tensorflow as tf
+    
     if name is None:
         name = "multi-worker" if os.environ.get("TF_CONFIG") else "default"
     if name not in STRATEGIES:
@@ -162,6 +163,8 @@ def _accepts(address):
 
 def is_multi_worker(strategy=None):
     """Whether `strategy` (default: the current one) trains on several workers."""
+    import tensorflow as tf
+    
     strategy = strategy or tf.distribute.get_strategy()
     extended = getattr(strategy, "extended", None)
     return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
@@ -169,6 +172,8 @@ def is_multi_worker(strategy=None):
 
 def worker_role(strategy=None):
     """`(task_type, task_index, is_chief)` of this process; `("worker", 0, True)` alone."""
+    import tensorflow as tf
+    
     strategy = strategy or tf.distribute.get_strategy()
     if not is_multi_worker(strategy):
         return "worker", 0, True
@@ -217,6 +222,9 @@ def write_on_chief(path, write, strategy=None):
 
 def agreed_seed(strategy=None):
     """A random seed, the same on every worker: the chief's."""
+    import numpy as np
+    import tensorflow as tf
+    
     strategy = strategy or tf.distribute.get_strategy()
     # NumPy's generator: reproducible after `keras.utils.set_random_seed`.
     seed = int(np.random.randint(2**31 - 1))
@@ -228,6 +236,8 @@ def agreed_seed(strategy=None):
 
 def all_workers(value, strategy=None):
     """The integer `value` of every replica (one per replica, in replica order), gathered everywhere."""
+    import tensorflow as tf
+    
     strategy = strategy or tf.distribute.get_strategy()
     if not is_multi_worker(strategy):
         return [int(value)]
@@ -285,6 +295,8 @@ class MultiWorkerFit:
             return super().fit(*args, **kwargs)
 
     def predict_on_batch(self, x):
+        import keras
+
         if not is_multi_worker(self.distribute_strategy):
             return super().predict_on_batch(x)
         # Keras would give the whole batch to every replica and gather the copies.
@@ -292,6 +304,8 @@ class MultiWorkerFit:
         return keras.tree.map_structure(keras.ops.convert_to_numpy, self(x, training=False))
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        import keras
+
         if iterator is None or not is_multi_worker(self.distribute_strategy):
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         for _, _, batches in iterator:
@@ -307,6 +321,9 @@ class MultiWorkerFit:
         return self._logs_per_replica(super().test_step(data))
 
     def _logs_per_replica(self, logs):
+        import keras
+        import tensorflow as tf
+
         if not is_multi_worker(self.distribute_strategy):
             return logs
         return keras.tree.map_structure(

@@ -349,6 +349,8 @@ def pretraining_dataset(
     if int(batch_size) < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
 
+    if isinstance(corpus, (list, tuple)) and len(corpus) == 1 and _is_prepared(corpus[0]):
+        corpus = corpus[0]  # `kbert pretrain --corpus FOLDER`
     if _is_prepared(corpus):
         metadata = _read_metadata(corpus)
         prepared_vocabulary = read_vocabulary(str(Path(corpus) / VOCABULARY_FILE))
