@@ -24,6 +24,7 @@ from tests.models.pretraining_run import VOCABULARY, write_corpus
 SCRIPT = Path(__file__).parent / "distribute_run.py"
 PROCESS_SECONDS = 240
 REPOSITORY = str(Path(__file__).parent.parent)
+pytestmark = pytest.mark.slow  # worker processes
 
 
 def free_ports(count):
