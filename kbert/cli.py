@@ -66,8 +66,8 @@ def _pretrain(args):
     import keras
 
     import kbert
-    from kbert.atomic_files import write_atomically
     from kbert.data.pretraining import prepared_folder, read_metadata
+    from kbert.distribute import write_on_chief
 
     out_dir = Path(args.out)
     # Segment pairs written by `kbert prepare-pretraining`, or text files.
@@ -95,7 +95,8 @@ def _pretrain(args):
         max_sequence_length=max(512, sequence_length), **overrides,
     )
     pretrainer = kbert.Pretrainer(encoder, objective=data.kbert_objective)
-    pretrainer.compile(learning_rate=args.learning_rate)
+    pretrainer.compile(learning_rate=args.learning_rate,
+                       gradient_accumulation_steps=args.gradient_accumulation_steps)
     # No `.repeat()` for --steps-per-epoch: `Pretrainer.fit` streams the passes
     # itself, which is what lets a resumed run continue at the exact batch.
     callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
@@ -106,9 +107,31 @@ def _pretrain(args):
     pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
                    verbose=2 if args.quiet else 1)
     model_path = out_dir / "pretrainer.keras"
-    write_atomically(str(model_path), pretrainer.save)
+    write_on_chief(str(model_path), pretrainer.save)  # the other workers' copies are removed
     print(f"Saved {model_path} (encoder and heads) and {out_dir / 'vocab.txt'}.\n"
           f"Try: kbert fill-mask {out_dir} \"the king [MASK] the crown.\"")
+
+
+def _strategy_scope(args):
+    """The scope of the `--strategy` a command was given; no scope for the others."""
+    import contextlib
+
+    if getattr(args, "strategy", "absent") == "absent":
+        return contextlib.nullcontext()
+    from kbert.distribute import make_strategy
+
+    return make_strategy(args.strategy, connect_timeout=args.connect_timeout).scope()
+
+
+def _add_strategy_arguments(command):
+    from kbert.distribute import DEFAULT_CONNECT_TIMEOUT, STRATEGIES
+
+    command.add_argument("--strategy", choices=STRATEGIES, default=None,
+                         help="where to train: default (one device), mirrored (this machine's "
+                              "GPUs), multi-worker (the workers of TF_CONFIG), tpu (TPUStrategy; "
+                              "default: multi-worker when TF_CONFIG is set, else default)")
+    command.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT,
+                         help="seconds a multi-worker run waits for the other workers to start")
 
 
 def _prepare_pretraining(args):
@@ -373,7 +396,11 @@ def build_parser():
     pretrain.add_argument("--sequence-length", type=_positive_int, default=None,
                           help="tokens per example, [CLS] and [SEP]s included (default: 128, or "
                                "the prepared folder's)")
-    pretrain.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
+    pretrain.add_argument("--batch-size", type=_positive_int, default=32,
+                          help="examples per step, across all replicas and workers")
+    pretrain.add_argument("--gradient-accumulation-steps", type=_positive_int, default=None,
+                          help="update the weights every N steps with their mean gradient (N >= 2): "
+                               "an effective batch N times --batch-size")
     pretrain.add_argument("--epochs", type=_positive_int, default=1, help="epochs to train")
     pretrain.add_argument("--steps-per-epoch", type=_positive_int, default=None,
                           help="steps per epoch (default: one pass over the corpus)")
@@ -396,6 +423,7 @@ def build_parser():
                           help="steps between backups (a killed run resumes from the last one)")
     pretrain.add_argument("--seed", type=int, default=0, help="fixes pairs, order, masks and weights")
     pretrain.add_argument("--quiet", action="store_true", help=quiet)
+    _add_strategy_arguments(pretrain)
 
     prepare = command("prepare-pretraining", "write a corpus' segment pairs to sharded TFRecords",
                       _prepare_pretraining)
@@ -436,7 +464,8 @@ def build_parser():
                                             "(default for presets: bert-base-uncased's)")
     train.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
     train.add_argument("--epochs", type=_positive_int, default=3, help="epochs to train")
-    train.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
+    train.add_argument("--batch-size", type=_positive_int, default=32,
+                       help="examples per step, across all replicas and workers")
     train.add_argument("--sequence-length", type=_positive_int, default=None,
                        help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
     train.add_argument("--learning-rate", type=float, default=None,
@@ -451,6 +480,7 @@ def build_parser():
                        help="local: the canonical files (offline); tfds: TensorFlow Datasets "
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")
     train.add_argument("--quiet", action="store_true", help=quiet)
+    _add_strategy_arguments(train)
 
     evaluate = command("evaluate", "a trained task model's metrics on a split", _evaluate)
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
@@ -489,8 +519,9 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
-        args.run(args)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as error:
+        with _strategy_scope(args):
+            args.run(args)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, TimeoutError) as error:
         print(f"kbert {args.command}: error: {error}", file=sys.stderr)
         return 2
     return 0

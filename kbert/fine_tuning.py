@@ -225,7 +225,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     import keras
 
     import kbert
-    from kbert.atomic_files import write_atomically
+    from kbert.distribute import write_on_chief
 
     name, info = recipe(task)
     os.makedirs(out, exist_ok=True)
@@ -260,7 +260,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
         validation_data=validation_x if validation_y is None else (validation_x, validation_y),
     )
     seconds = time.time() - start
-    write_atomically(os.path.join(out, "model.keras"), model.save)
+    # Under several workers each one saves; only the chief's files stay.
+    write_on_chief(os.path.join(out, "model.keras"), model.save)
     metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size,
                             source=source)
     hparams.log_metrics({f"{metrics['split']}_{key}": value for key, value in metrics.items()
@@ -273,6 +274,6 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
         "validation_split": info.fit_validation_split,
         "settings": settings,
     }
-    write_atomically(os.path.join(out, "metrics.json"),
-                     lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
+    write_on_chief(os.path.join(out, "metrics.json"),
+                   lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
     return result

@@ -123,6 +123,19 @@ def test_pretrain_reports_a_corpus_that_matches_nothing(tmp_path, capsys):
     assert "No file matches" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["pretrain", "train"])
+def test_a_worker_whose_peers_never_start_stops_with_a_clear_error(tmp_path, capsys, monkeypatch,
+                                                                   command):
+    from tests.test_distribute import free_ports, tf_config
+
+    ports = free_ports(2)
+    # TF_CONFIG alone makes the command a worker; worker 0 never starts.
+    monkeypatch.setenv("TF_CONFIG", tf_config(ports, 1))
+    arguments = ["--corpus", "x.txt"] if command == "pretrain" else ["sst2"]
+    assert cli.main([command, *arguments, "--out", str(tmp_path), "--connect-timeout", "1"]) == 2
+    assert f"No answer within 1 s from worker 0 at 127.0.0.1:{ports[0]}" in capsys.readouterr().err
+
+
 def test_prepare_pretraining_writes_shards_once(tmp_path, capsys):
     write_corpus(tmp_path / "corpus", documents=3, sentences=10)
     (tmp_path / "vocab.txt").write_text("\n".join(VOCABULARY) + "\n")

@@ -7,6 +7,8 @@ import re
 import keras
 
 from kbert.atomic_files import remove_temporary_files, write_atomically
+from kbert.distribute import all_workers, is_chief, remove_worker_directory, worker_directory
+from kbert.optimization import batches_trained
 
 # `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the
 # position makes the name of every backup of a run new, so writing one never
@@ -54,6 +56,14 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
       `save_weights` leaves out; without them a resumed run would draw other
       dropout masks than an uninterrupted one. They are stored in the
       metadata file, so they always match its weights.
+
+    - Under several workers (`tf.distribute.MultiWorkerMirroredStrategy`),
+      every worker backs up, as TensorFlow's multi-worker checkpointing
+      expects, but only the chief into `backup_dir`; the others write to
+      temporary directories of their own, removed when `fit` ends. Every
+      worker restores from `backup_dir`, which must be on storage they all
+      read (a shared file system, or one machine); a `fit` whose workers
+      find different backups there fails at its start.
 
     A `fit` that restores a backup says so once (unless `verbose=False`):
     the step it resumes from, the epoch and the batches done in it.
@@ -126,9 +136,15 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None):
         self._epoch_begun = False
+        self._write_dir = worker_directory(self.backup_dir, self.model.distribute_strategy)
         position = self.peek()
+        found = all_workers(-1 if position is None else position["step"], self.model.distribute_strategy)
+        if len(set(found)) > 1:
+            steps = ", ".join("none" if step < 0 else f"step {step}" for step in found)
+            raise ValueError(f"The workers find different backups in {self.backup_dir} ({steps}, "
+                             "by replica): it must be one directory that every worker reads.")
         if position is None:
-            self._first_step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+            self._first_step = batches_trained(self.model.optimizer)
             return
         self._first_step = position["first_step"]
         if not self.model.built:
@@ -172,15 +188,17 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._back_up(epoch=epoch + 1, batches_done=0)
 
     def on_train_end(self, logs=None):
-        super().on_train_end(logs)
+        if is_chief(self.model.distribute_strategy):
+            super().on_train_end(logs)
+        remove_worker_directory(self._write_dir, self.backup_dir)
         # Keras reads `_initial_epoch` in every later `fit` but never clears it:
         # a second `fit` of the same model would skip the epochs restored here.
         self.model._initial_epoch = None
 
     def _back_up(self, epoch, batches_done):
-        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        step = batches_trained(self.model.optimizer)
         weights_file = f"backup-step{step}-epoch{epoch}-batch{batches_done}.weights.h5"
-        self._write_weights(os.path.join(self.backup_dir, weights_file))
+        self._write_weights(os.path.join(self._write_dir, weights_file))
         self._write_metadata(
             {
                 "epoch": epoch,
@@ -219,13 +237,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             with open(temporary, "w") as file:
                 json.dump(position, file)
 
-        write_atomically(self._training_metadata_path, write)
+        write_atomically(os.path.join(self._write_dir, os.path.basename(self._training_metadata_path)), write)
 
     def _remove_stale_files(self, keep):
-        remove_temporary_files(self.backup_dir)
-        for name in os.listdir(self.backup_dir):
+        remove_temporary_files(self._write_dir)
+        for name in os.listdir(self._write_dir):
             if name != keep and _WEIGHTS_NAME.fullmatch(name):
-                os.remove(os.path.join(self.backup_dir, name))
+                os.remove(os.path.join(self._write_dir, name))
 
 
 def _seed_generator_states(model):

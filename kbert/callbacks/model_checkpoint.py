@@ -6,7 +6,8 @@ import string
 
 import keras
 
-from kbert.atomic_files import TEMPORARY_PREFIX, remove_temporary_files, write_atomically
+from kbert.atomic_files import TEMPORARY_PREFIX, remove_temporary_files
+from kbert.distribute import is_chief, write_on_chief
 
 
 class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -25,7 +26,9 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
 
     `filepath` must be on a local file system (the rename is what makes the
     write atomic), with its formatting fields in the file name, not in the
-    directory.
+    directory. Under several workers the chief writes `filepath`; the others
+    save to temporary copies, removed at once, as TensorFlow's multi-worker
+    checkpointing expects (saving may take every worker).
 
     Args:
         filepath: where to save, e.g. `"checkpoints/epoch-{epoch:03d}.keras"`.
@@ -56,11 +59,13 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
         filepath = self._get_file_path(epoch, batch, logs)
         if not self._should_save_model(epoch, batch, logs, filepath):
             return
+        strategy = self.model.distribute_strategy
         if self.save_weights_only:
-            write_atomically(filepath, lambda path: self.model.save_weights(path, overwrite=True))
+            write_on_chief(filepath, lambda path: self.model.save_weights(path, overwrite=True), strategy)
         else:
-            write_atomically(filepath, lambda path: self.model.save(path, overwrite=True))
-        self._remove_old_checkpoints()
+            write_on_chief(filepath, lambda path: self.model.save(path, overwrite=True), strategy)
+        if is_chief(strategy):
+            self._remove_old_checkpoints()
 
     def _remove_old_checkpoints(self):
         directory = os.path.dirname(os.path.abspath(self.filepath))

@@ -2,6 +2,9 @@
 
 import keras
 
+from kbert.distribute import remove_worker_directory, worker_directory
+from kbert.optimization import batches_trained
+
 
 class TensorBoard(keras.callbacks.TensorBoard):
     """`keras.callbacks.TensorBoard` that writes every epoch and continues its curves across `fit` calls.
@@ -26,7 +29,10 @@ class TensorBoard(keras.callbacks.TensorBoard):
       counts in the same numbering.
 
     Batch summaries are written every `update_freq` batches, as in Keras.
-    Takes the arguments of `keras.callbacks.TensorBoard`.
+    Under several workers (`tf.distribute.MultiWorkerMirroredStrategy`) only
+    the chief writes to `log_dir`; the other workers write to temporary
+    directories that are removed when `fit` ends. Takes the arguments of
+    `keras.callbacks.TensorBoard`.
 
     Example:
     >>> import numpy as np, tempfile
@@ -40,11 +46,27 @@ class TensorBoard(keras.callbacks.TensorBoard):
     4
     """
 
+    def set_model(self, model):
+        # Keras writes under `log_dir` from here on (the model's summary first).
+        # (Keras calls this again for validation: the same directory then.)
+        if getattr(self, "_write_dir", None) is None:
+            self._write_dir = worker_directory(self.log_dir, model.distribute_strategy)
+        log_dir, self.log_dir = self.log_dir, self._write_dir
+        try:
+            super().set_model(model)
+        finally:
+            self.log_dir = log_dir
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        remove_worker_directory(self._write_dir, self.log_dir)
+        self._write_dir = None
+
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         optimizer = self.model.optimizer
         if optimizer is not None:
-            self._global_train_batch = int(keras.ops.convert_to_numpy(optimizer.iterations))
+            self._global_train_batch = batches_trained(optimizer)
 
     def on_test_end(self, logs=None):
         # Keras' own method, with the summaries recorded whatever the batch filter says.

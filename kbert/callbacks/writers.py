@@ -23,7 +23,12 @@ class LazyWriters:
         if run not in self._writers:
             import tensorflow as tf
 
-            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.log_dir, run))
+            from kbert.distribute import is_chief
+
+            if is_chief():
+                self._writers[run] = tf.summary.create_file_writer(os.path.join(self.log_dir, run))
+            else:  # the run's other workers: only the chief writes
+                self._writers[run] = tf.summary.create_noop_writer()
         return self._writers[run]
 
     @contextlib.contextmanager

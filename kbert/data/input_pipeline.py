@@ -12,7 +12,8 @@ LENGTH_GROUP_BATCHES = 50
 PAD_TO_MULTIPLE = 8
 
 
-def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, shuffle=False):
+def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, shuffle=False,
+                 seed=None):
     """What a task model's `fit`, `evaluate` and `predict` run on: a `tf.data.Dataset` of batches.
 
     The task preprocessor says what its raw examples are and how a batch of
@@ -33,6 +34,10 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
        multiple of `PAD_TO_MULTIPLE` (for tasks whose outputs do not depend
        on padding), and prefetched.
 
+    Under a `tf.distribute` strategy of several workers, each worker takes
+    its part of every batch (data sharding): all workers must read the same
+    batches, so they shuffle with the same `seed`.
+
     A dataset whose elements are model inputs already (a dict of
     `token_ids`, ...) is returned unchanged.
 
@@ -44,6 +49,8 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
         batch_size: examples per batch (questions for question answering,
             which may give more windows); default the preprocessor's.
         shuffle: shuffle every epoch, with length grouping (training).
+        seed: the shuffles' seed (each epoch still gets its own order);
+            `None` for TensorFlow's.
 
     Returns:
         A `tf.data.Dataset` of `inputs` or `(inputs, targets)` or
@@ -72,7 +79,7 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
         count, output_count = examples.count, examples.output_count
         dataset = tf.data.Dataset.from_tensor_slices(examples.tensors)
         if shuffle:
-            dataset = dataset.shuffle(count, reshuffle_each_iteration=True)
+            dataset = dataset.shuffle(count, seed=seed, reshuffle_each_iteration=True)
         group_by_length = shuffle and preprocessor.pads_to_longest
         group_size = batch_size * (LENGTH_GROUP_BATCHES if group_by_length else 1)
         batches = dataset.ragged_batch(group_size) if examples.ragged else dataset.batch(group_size)
@@ -92,12 +99,14 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
         # One example gave several (question windows): re-batch what it gave.
         mapped = mapped.unbatch().batch(batch_size)
     if group_by_length:
-        mapped = mapped.shuffle(LENGTH_GROUP_BATCHES, reshuffle_each_iteration=True)
+        mapped = mapped.shuffle(LENGTH_GROUP_BATCHES, seed=seed, reshuffle_each_iteration=True)
     if output_count is not None:
         # The learning-rate schedule counts on the number of steps.
         steps = math.ceil(output_count / batch_size)
         mapped = mapped.apply(tf.data.experimental.assert_cardinality(steps))
-    return mapped.prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return mapped.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def padded_length(longest):

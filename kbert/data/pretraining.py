@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.data.documents import CorpusStats, corpus_files, read_documents
+from kbert.distribute import agreed_seed, is_multi_worker
 from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
 from kbert.preprocessing.sentence_pair_builder import SentencePairBuilder, resolve_objective
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
@@ -375,6 +376,8 @@ def pretraining_dataset(
     """
     if seed is None:
         seed = int(np.random.default_rng().integers(2**31))
+        if is_multi_worker():
+            seed = agreed_seed() % 2**31  # every worker must read the same pairs
     seed = int(seed)
     if int(batch_size) < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
@@ -410,8 +413,9 @@ def pretraining_dataset(
         shards = [str(Path(corpus) / name) for name in metadata["shards"]]
         num_examples = metadata["num_examples"] if count_examples else None
 
-        def pairs():
-            return tf.data.TFRecordDataset(shards).map(_parse_pair)
+        def pairs(worker=0, workers=1):
+            # Several workers split the shards by file (see `stream`).
+            return tf.data.TFRecordDataset(shards[worker::workers]).map(_parse_pair)
 
     else:
         objective = requested or "nsp"
@@ -422,7 +426,7 @@ def pretraining_dataset(
                               document_buffer, seed)
         num_examples = _count(source, verbose) if count_examples else None
 
-        def pairs():
+        def pairs(worker=0, workers=1):
             chunks = tf.data.Dataset.from_generator(source.chunks, output_signature=_CHUNK_SPEC)
             return chunks.flat_map(_unflatten_chunk)
 
@@ -446,12 +450,14 @@ def pretraining_dataset(
 
     counter = EpochCounter()
 
-    def epoch_batches(epoch):
-        epoch_pairs = pairs()
+    def epoch_batches(epoch, worker=0, workers=1, size=int(batch_size)):
+        epoch_pairs = pairs(worker, workers)
+        # A worker reading its own shards draws its own shuffles and masks.
+        epoch = epoch * workers + worker
         if shuffle_buffer:
             epoch_pairs = _shuffle_in_windows(epoch_pairs, int(shuffle_buffer), seed, epoch)
         packed = epoch_pairs.map(example.pack, num_parallel_calls=tf.data.AUTOTUNE)
-        batches = packed.batch(int(batch_size)).enumerate()
+        batches = packed.batch(size).enumerate()
         return batches.map(
             lambda index, batch: example.mask(epoch, index, batch),
             num_parallel_calls=tf.data.AUTOTUNE,
@@ -464,24 +470,77 @@ def pretraining_dataset(
         batches_per_pass = math.ceil(num_examples / int(batch_size))
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches_per_pass))
 
-    def stream(start_batch=0):
+    def stream(start_batch=0, input_context=None):
         """Endless passes, from batch `start_batch` of the whole sequence on.
 
         Pass numbers come from the graph, not from Python state, so every
         iterator of the stream gives the same batches: what a resumed run
         (`Pretrainer.fit`) needs.
+
+        With a `tf.distribute.InputContext` of several workers (prepared
+        TFRecords only), this worker's part: its share of the shard files
+        (`shards[worker::workers]`) in batches of the per-replica size, from
+        global step `start_batch` on, with masks and shuffles of its own.
         """
         if batches_per_pass is None:
             raise ValueError("The stream needs the pass length: make the dataset with count_examples=True.")
+        if input_context is not None and input_context.num_input_pipelines > 1:
+            return _worker_stream(epoch_batches, shard_sizes(corpus), int(batch_size), int(start_batch),
+                                  input_context)
         first_pass, skip = divmod(int(start_batch), batches_per_pass)
         passes = tf.data.Dataset.range(first_pass, 2**62)
-        return passes.flat_map(epoch_batches).skip(skip).prefetch(tf.data.AUTOTUNE)
+        return _shard_by_data(passes.flat_map(epoch_batches).skip(skip).prefetch(tf.data.AUTOTUNE))
 
+    stream.splits_by_file = prepared_folder(corpus) is not None
+    dataset = _shard_by_data(dataset)
     dataset.kbert_epoch_counter = counter
     dataset.kbert_objective = objective
     dataset.kbert_num_examples = num_examples
     dataset.kbert_stream = stream
     return dataset
+
+
+def _shard_by_data(dataset):
+    """Several workers reading `dataset` each take their part of every batch.
+
+    Every worker reads the same sequence of (global) batches, so each
+    example of a pass goes to exactly one replica. (TensorFlow's automatic
+    choice looks for files to split, which it cannot find inside the passes.)
+    """
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
+
+
+def shard_sizes(folder):
+    """The number of segment pairs in each shard of a prepared folder, in the metadata's order."""
+    metadata = read_metadata(folder)
+    if "shard_sizes" in metadata:
+        return list(metadata["shard_sizes"])
+    # Folders written before the sizes were recorded: count the records.
+    return [sum(1 for _ in tf.data.TFRecordDataset(str(Path(folder) / name))) for name in metadata["shards"]]
+
+
+def _worker_stream(epoch_batches, sizes, batch_size, start_batch, context):
+    """One worker's endless passes over its shards, from global step `start_batch` on.
+
+    Each step takes one batch of the per-replica size for each of the
+    worker's replicas. Every example is used once per epoch when the workers'
+    shards hold equally many examples (as many shards per worker, all but
+    the last full); otherwise a worker with fewer starts its next pass early.
+    """
+    worker, workers = context.input_pipeline_id, context.num_input_pipelines
+    if len(sizes) < workers:
+        raise ValueError(f"{len(sizes)} TFRecord shard(s) cannot be split among {workers} workers; "
+                         "prepare the data with fewer examples per shard.")
+    per_replica = context.get_per_replica_batch_size(batch_size)
+    replicas = context.num_replicas_in_sync // workers
+    examples = sum(sizes[worker::workers])
+    steps_per_pass = math.ceil(math.ceil(examples / per_replica) / replicas)
+    first_pass, skip = divmod(start_batch, steps_per_pass)
+    passes = tf.data.Dataset.range(first_pass, 2**62)
+    batches = passes.flat_map(lambda epoch: epoch_batches(epoch, worker, workers, per_replica))
+    return batches.skip(skip * replicas).prefetch(tf.data.AUTOTUNE)
 
 
 def _shuffle_in_windows(pairs, window, seed, epoch):
@@ -653,6 +712,8 @@ def prepare_pretraining_data(
             "format": FORMAT,
             "num_examples": count,
             "shards": shards,
+            "shard_sizes": [min(int(examples_per_shard), count - i * int(examples_per_shard))
+                            for i in range(len(shards))],
             "sequence_length": int(sequence_length),
             "objective": objective,
             "next_sentence": objective == "nsp",

@@ -7,9 +7,10 @@ import keras_hub
 import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
+from kbert.distribute import MultiWorkerFit, distributed_stream
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.task_model import FreezesUnusedPooler
-from kbert.optimization import bert_adamw, start_schedule_window
+from kbert.optimization import batches_trained, bert_adamw, start_schedule_window
 from kbert.preprocessing.sentence_pair_builder import resolve_objective
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
@@ -32,7 +33,7 @@ def default_pretraining_learning_rate(hidden_dim):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Pretrainer(FreezesUnusedPooler, keras.Model):
+class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """Pretrains a `kbert.Encoder` as BERT does (masked LM plus next-sentence prediction) or as ALBERT does (sentence order).
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
@@ -177,7 +178,8 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         self.next_sentence = objective == "nsp"
         self.compile()
 
-    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None,
+                gradient_accumulation_steps=None, **kwargs):
         """Compiles with BERT's pretraining defaults; any argument overrides them.
 
         Args:
@@ -191,10 +193,16 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
             learning_rate: the peak learning rate of the `"auto"` optimizer;
                 default 1e-4 for BERT-base, more for narrower encoders (see
                 `default_pretraining_learning_rate`).
+            gradient_accumulation_steps: with the `"auto"` optimizer, update
+                the weights every this many batches (at least 2), with the
+                mean of their gradients: the update of a batch this many
+                times as large, in the memory of one. Warm-up and decay count
+                updates; `fit`, backups and resume count batches.
         """
         if optimizer == "auto":
             optimizer = bert_adamw(
-                learning_rate or default_pretraining_learning_rate(self.encoder.hidden_dim)
+                learning_rate or default_pretraining_learning_rate(self.encoder.hidden_dim),
+                gradient_accumulation_steps=gradient_accumulation_steps,
             )
         if loss == "auto":
             loss = {
@@ -257,7 +265,7 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
             return self._fit_as_keras(x, y, batch_size, epochs, steps_per_epoch, initial_epoch,
                                       callbacks, position, **kwargs)
 
-        first_step = int(self.optimizer.iterations.numpy())
+        first_step = batches_trained(self.optimizer)
         done = 0
         if position is not None:
             first_step = position["first_step"]
@@ -269,7 +277,8 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         kwargs.setdefault("shuffle", False)  # a stream reshuffles itself, if at all
         # The stream restarts at batch `done`: the rest of that pass, then
         # endless further passes.
-        return super().fit(stream(done), epochs=epochs, steps_per_epoch=steps_per_epoch,
+        batches = distributed_stream(self.distribute_strategy, stream, done)
+        return super().fit(batches, epochs=epochs, steps_per_epoch=steps_per_epoch,
                            initial_epoch=initial_epoch, callbacks=callbacks, **kwargs)
 
     def _check_targets(self, x, y):
@@ -307,7 +316,7 @@ class Pretrainer(FreezesUnusedPooler, keras.Model):
         """
         steps = steps_per_epoch or _known_steps(x, batch_size)
         total = None if steps is None else steps * max(epochs - initial_epoch, 0)
-        first_step = int(self.optimizer.iterations.numpy())
+        first_step = batches_trained(self.optimizer)
         if position is not None:
             first_step = position["first_step"]
         start_schedule_window(self.optimizer, first_step, total)
@@ -348,7 +357,7 @@ class _StopAtStep(keras.callbacks.Callback):
         self.last_step = last_step
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) >= self.last_step:
+        if batches_trained(self.model.optimizer) >= self.last_step:
             self.model.stop_training = True
 
 

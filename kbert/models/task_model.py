@@ -7,8 +7,9 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.data.input_pipeline import task_dataset
+from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker
 from kbert.models.encoder import bert_initializer
-from kbert.optimization import bert_adamw, default_learning_rate, start_schedule_window
+from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
 
 
 class FreezesUnusedPooler:
@@ -43,7 +44,7 @@ class FreezesUnusedPooler:
         return super().non_trainable_variables + frozen
 
 
-class TaskModel(FreezesUnusedPooler, keras.Model):
+class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """A functional Keras model on a `kbert.Encoder`, with its task preprocessor attached.
 
     The model itself sees token ids only; its `preprocessor` (a task
@@ -123,7 +124,7 @@ class TaskModel(FreezesUnusedPooler, keras.Model):
         initial_epoch=0,
         **kwargs,
     ):
-        dataset = task_dataset(self.preprocessor, x, y, sample_weight, batch_size, shuffle=shuffle)
+        dataset = self.training_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
         if validation_data is not None:
             validation_data = self._validation_dataset(validation_data, batch_size)
         self._start_learning_rate_window(dataset, steps_per_epoch, epochs - initial_epoch)
@@ -136,6 +137,16 @@ class TaskModel(FreezesUnusedPooler, keras.Model):
             initial_epoch=initial_epoch,
             **kwargs,
         )
+
+    def training_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=True):
+        """The batches `fit` trains on: `kbert.data.task_dataset` of the inputs.
+
+        Under several workers every worker shuffles with the chief's seed, so
+        that they read the same batches and each takes its own part of them.
+        """
+        strategy = self.distribute_strategy
+        seed = agreed_seed(strategy) if shuffle and is_multi_worker(strategy) else None
+        return task_dataset(self.preprocessor, x, y, sample_weight, batch_size, shuffle=shuffle, seed=seed)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         dataset = task_dataset(self.preprocessor, x, y, sample_weight, batch_size)
@@ -166,7 +177,7 @@ class TaskModel(FreezesUnusedPooler, keras.Model):
             cardinality = int(dataset.cardinality())
             steps = cardinality if cardinality > 0 else None
         total = None if steps is None else steps * max(epochs, 1)
-        start_schedule_window(self.optimizer, int(self.optimizer.iterations.numpy()), total)
+        start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
 
     def _map_batches(self, function, batches, verbose):
         """Runs `function` (a `tf.function`) on each batch, with a progress bar; NumPy results."""

@@ -409,3 +409,38 @@ def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed, 
         # batches, learning rates and dropout masks as the uninterrupted run.
         for a, b in zip(straight.get_weights(), model.get_weights()):
             np.testing.assert_array_equal(a, b)
+
+
+def test_gradient_accumulation_updates_as_the_large_batch_does():
+    x, y, sample_weight = pretraining_batch(batch=8, seed=3)
+    sample_weight["mlm"][:] = 1.0  # both half batches have as many predictions
+
+    def train(batch_size, accumulation, optimizer="auto"):
+        keras.utils.set_random_seed(0)
+        pretrainer = tiny_pretrainer(dropout=0.0)
+        if optimizer == "sgd":
+            optimizer = keras.optimizers.SGD(0.1, gradient_accumulation_steps=accumulation)
+        pretrainer.compile(optimizer=optimizer, learning_rate=1e-2,
+                           gradient_accumulation_steps=accumulation)
+        pretrainer.fit(x, y, sample_weight=sample_weight, batch_size=batch_size, epochs=3,
+                       shuffle=False, verbose=0)
+        return pretrainer
+
+    def largest_difference(a, b):
+        return max(np.abs(u - v).max() for u, v in zip(a.get_weights(), b.get_weights()))
+
+    # Plain gradient descent shows the updates themselves: the same.
+    assert largest_difference(train(8, None, "sgd"), train(4, 2, "sgd")) < 1e-6
+
+    large, accumulated, small = train(8, None), train(4, 2), train(4, None)
+    # Three updates each; the accumulating run took six batches of half the size.
+    assert int(large.optimizer.iterations.numpy()) == int(accumulated.optimizer.iterations.numpy()) == 3
+    assert kbert.optimization.batches_trained(accumulated.optimizer) == 6
+    # Warm-up and decay count updates: update u has the large batch's rate.
+    for update in range(3):
+        assert float(accumulated.optimizer._learning_rate(2 * update + 1)) == pytest.approx(
+            float(large.optimizer._learning_rate(update)))
+    # AdamW moves each weight by about the learning rate whatever the size of
+    # its gradient, so float noise in near-zero gradients shows; still far
+    # closer than six updates on the small batches.
+    assert largest_difference(large, accumulated) < 1e-3 < largest_difference(large, small) / 10
