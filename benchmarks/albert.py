@@ -20,7 +20,7 @@ fine-tuning (`--sst2-examples` x `--sst2-epochs`).
 
 Prints a table and writes JSON (default `benchmarks/results/albert.json`).
 
-    .venv/bin/python benchmarks/albert.py              # 4 x 5 minutes of pretraining, about 35 minutes
+    .venv/bin/python benchmarks/albert.py              # 4 x 4 minutes of pretraining, about 25 minutes
     .venv/bin/python benchmarks/albert.py --quick      # a couple of minutes
 """
 
@@ -115,7 +115,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny budgets, for a smoke run")
     parser.add_argument("--preset", default="mini", help="depth and width of every encoder")
-    parser.add_argument("--minutes", type=float, default=5.0, help="pretraining budget of every row")
+    parser.add_argument("--minutes", type=float, default=4.0, help="pretraining budget of every row")
     parser.add_argument("--vocabulary-size", type=int, default=8192)
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
