@@ -21,7 +21,7 @@
 
 Prints a table and writes JSON (default `benchmarks/results/scaling.json`).
 
-    .venv/bin/python benchmarks/scaling.py            # the full size (about 20 minutes here)
+    .venv/bin/python benchmarks/scaling.py            # the full size (about 5 minutes on 2 cores)
     .venv/bin/python benchmarks/scaling.py --quick    # two or three minutes
 """
 
