@@ -13,7 +13,8 @@ class BaseTokenizer(PreprocessingLayer):
     either. A subclass calls `_set_vocabulary` with its tokens and the
     names of its five special tokens, and implements `call` (a batch of
     texts to a ragged tensor of int32 ids), `tokenize_with_offsets`,
-    `split_words`, `detokenize`, `continuation_ids` and `get_config`.
+    `split_words`, `_join_pieces` (a ragged batch of ids to texts, for
+    `detokenize`), `continuation_ids` and `get_config`.
 
     Attributes:
         pad_token_id, unk_token_id, cls_token_id, sep_token_id,
@@ -88,6 +89,25 @@ class BaseTokenizer(PreprocessingLayer):
         # keeps every byte offset.
         texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
         return texts, scalar
+
+    def detokenize(self, token_ids, skip_special_tokens=True):
+        """Joins token ids (one sequence, or a batch, ragged or padded) back into text."""
+        if not isinstance(token_ids, tf.RaggedTensor):
+            token_ids = tf.convert_to_tensor(token_ids)
+        scalar = token_ids.shape.rank == 1
+        if scalar:
+            token_ids = token_ids[tf.newaxis]
+        if not isinstance(token_ids, tf.RaggedTensor):
+            token_ids = tf.RaggedTensor.from_tensor(token_ids)
+        token_ids = tf.cast(token_ids, tf.int32)
+        if skip_special_tokens:
+            keep = tf.reduce_all(
+                token_ids.flat_values[:, tf.newaxis] != tf.constant(self.special_token_ids),
+                axis=-1,
+            )
+            token_ids = tf.ragged.boolean_mask(token_ids, token_ids.with_flat_values(keep))
+        texts = self._join_pieces(token_ids)
+        return texts[0] if scalar else texts
 
 
 def tokenizer_from_vocabulary(vocabulary, lowercase=True):

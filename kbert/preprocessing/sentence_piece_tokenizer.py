@@ -429,24 +429,9 @@ class SentencePieceTokenizer(BaseTokenizer):
             return token_ids[0], starts[0], ends[0]
         return token_ids, starts, ends
 
-    def detokenize(self, token_ids, skip_special_tokens=True):
-        """Joins token ids back into text (`"▁"` as a space between words)."""
-        if not isinstance(token_ids, tf.RaggedTensor):
-            token_ids = tf.convert_to_tensor(token_ids)
-        scalar = token_ids.shape.rank == 1
-        if scalar:
-            token_ids = token_ids[tf.newaxis]
-        if not isinstance(token_ids, tf.RaggedTensor):
-            token_ids = tf.RaggedTensor.from_tensor(token_ids)
-        token_ids = tf.cast(token_ids, tf.int32)
-        if skip_special_tokens:
-            keep = tf.reduce_all(
-                token_ids.flat_values[:, tf.newaxis] != tf.constant(self.special_token_ids),
-                axis=-1,
-            )
-            token_ids = tf.ragged.boolean_mask(token_ids, token_ids.with_flat_values(keep))
-        texts = self._sentence_piece.detokenize(token_ids)
-        return texts[0] if scalar else texts
+    def _join_pieces(self, token_ids):
+        # `"▁"` becomes the space between words.
+        return self._sentence_piece.detokenize(token_ids)
 
     def get_config(self):
         config = super().get_config()
