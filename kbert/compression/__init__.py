@@ -1,0 +1,1 @@
+"""Smaller BERTs: knowledge distillation losses, weight pruning and attention-head pruning."""
