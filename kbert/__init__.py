@@ -41,7 +41,7 @@ __version__ = "0.2.0"
 # TensorFlow and Keras (seconds, and their log lines); any other program
 # imports them with the package (end of this file), so that every kbert class
 # is registered with Keras and `keras.saving.load_model` reads kbert models.
-_SUBPACKAGES = ("callbacks", "checkpoints", "data", "metrics")
+_SUBPACKAGES = ("callbacks", "checkpoints", "compression", "data", "metrics")
 _NAMES = {
     "export": "kbert.serving",
     "load_pretrained": "kbert.checkpoints",
