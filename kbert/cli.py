@@ -200,6 +200,40 @@ def _train(args):
           f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
 
 
+def _distill(args):
+    from kbert.compression.runs import distill_task
+
+    result = distill_task(
+        args.task, args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
+        transfer_examples=args.transfer_examples, general_corpus=args.general_corpus,
+        general_steps=args.general_steps, layerwise_epochs=args.layerwise_epochs,
+        temperature=args.temperature, alpha=args.alpha, epochs=args.epochs,
+        batch_size=args.batch_size, learning_rate=args.learning_rate, max_examples=args.max_examples,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
+    )
+    _print_metrics(result)
+    print(f"  parameters       {result['parameters']:,} (teacher {result['teacher_parameters']:,})")
+    print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
+          f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
+
+
+def _prune(args):
+    from kbert.compression.runs import prune_task
+
+    result = prune_task(
+        args.task, args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
+        rewind=args.rewind, epochs=args.epochs, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, max_examples=args.max_examples,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
+    )
+    _print_metrics(result)
+    report = result["sparsity"]
+    print(f"  parameters       {result['parameters']:,} (before {result['parameters_before']:,})")
+    print(f"  weight sparsity  {report['sparsity']:.4f} of the Transformer kernels")
+    print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
+          f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
+
+
 def _evaluate(args):
     import json
 
@@ -481,6 +515,66 @@ def build_parser():
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")
     train.add_argument("--quiet", action="store_true", help=quiet)
     _add_strategy_arguments(train)
+
+    classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
+    distill = command("distill", "distil a fine-tuned classifier into a smaller student, evaluate, save",
+                      _distill)
+    distill.add_argument("task", choices=classification, help="the data set the teacher was trained on")
+    distill.add_argument("--teacher", required=True, help="the teacher's model.keras (of `kbert train`)")
+    distill.add_argument("--student", default="mini",
+                         help="a preset (tiny, mini, small, ...), 'layers:0,2,4' for a copy of the "
+                              "teacher's layers 0, 2 and 4, or a .keras file holding an encoder")
+    distill.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
+    distill.add_argument("--unlabeled", help="a text file, one text per line, that the teacher labels "
+                                             "for the student (a transfer set)")
+    distill.add_argument("--transfer-examples", type=_non_negative_int, default=0,
+                         help="add this many training examples outside --max-examples to the "
+                              "transfer set, without their labels")
+    distill.add_argument("--general-corpus", action="append", default=None,
+                         help="raw text files or glob patterns (repeatable) for general distillation")
+    distill.add_argument("--general-steps", type=_non_negative_int, default=0,
+                         help="steps of general (layer-wise) distillation on --general-corpus first")
+    distill.add_argument("--layerwise-epochs", type=_non_negative_int, default=0,
+                         help="epochs of layer-wise distillation on the task's texts before task "
+                              "distillation (TinyBERT)")
+    distill.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T")
+    distill.add_argument("--alpha", type=float, default=0.5,
+                         help="weight of the distillation term; 1 - alpha weighs the labels")
+    distill.add_argument("--epochs", type=_positive_int, default=3, help="epochs of task distillation")
+    distill.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
+    distill.add_argument("--learning-rate", type=float, default=None,
+                         help="peak learning rate (default: by the student's width)")
+    distill.add_argument("--max-examples", type=_positive_int, default=None,
+                         help="labelled training examples: a seeded random subset of this many")
+    distill.add_argument("--max-eval-examples", type=_positive_int, default=None,
+                         help="evaluate on the first this many examples of the evaluation split")
+    distill.add_argument("--seed", type=int, default=0, help="fixes the subsets, order and weights")
+    distill.add_argument("--quiet", action="store_true", help=quiet)
+
+    prune = command("prune", "prune a fine-tuned model (weights, attention heads) while it trains "
+                             "further, evaluate, save", _prune)
+    prune.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
+    prune.add_argument("--task", required=True, choices=sorted(RECIPES),
+                       help="the data set the model was trained on")
+    prune.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
+    prune.add_argument("--sparsity", type=float, default=0.0,
+                       help="share of the Transformer kernels' weights set to zero, by magnitude")
+    prune.add_argument("--heads", type=float, default=0.0,
+                       help="share of attention heads removed, least important first")
+    prune.add_argument("--scope", choices=("layer", "global"), default="layer",
+                       help="the sparsity holds for each kernel, or over all of them")
+    prune.add_argument("--rewind", action="store_true",
+                       help="lottery-ticket rewinding: the kept weights go back to their values "
+                            "before this training, then train again with the mask")
+    prune.add_argument("--epochs", type=_positive_int, default=1, help="epochs of training while pruning")
+    prune.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
+    prune.add_argument("--learning-rate", type=float, default=2e-5, help="peak learning rate")
+    prune.add_argument("--max-examples", type=_positive_int, default=None,
+                       help="train on a seeded random subset of this many training examples")
+    prune.add_argument("--max-eval-examples", type=_positive_int, default=None,
+                       help="evaluate on the first this many examples of the evaluation split")
+    prune.add_argument("--seed", type=int, default=0, help="fixes the subset, order and weights")
+    prune.add_argument("--quiet", action="store_true", help=quiet)
 
     evaluate = command("evaluate", "a trained task model's metrics on a split", _evaluate)
     evaluate.add_argument("model", help="the model.keras of `kbert train`")

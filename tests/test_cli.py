@@ -365,3 +365,63 @@ def test_errors_name_the_command_flags_not_python_arguments(tmp_path, capsys):
         cli.main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--batch-size", "0"])
     assert exit_.value.code == 2
     assert "argument --batch-size: must be an integer of at least 1, got '0'" in capsys.readouterr().err
+
+
+def test_distill_then_prune_then_export_a_student(tmp_path, capsys):
+    """The compression loop from the command line: teacher, distilled student, pruned, served."""
+    import json
+
+    from kbert.data.paths import data_dir
+
+    teacher = tmp_path / "teacher"
+    assert cli.main(["train", "sms_spam", "--encoder", "tiny", "--out", str(teacher), "--epochs", "1",
+                     "--max-examples", "64", "--max-eval-examples", "40", "--sequence-length", "32",
+                     "--quiet"]) == 0
+    student = tmp_path / "student"
+    corpus = str(data_dir() / "wikitext-2-raw" / "wiki.valid.raw")
+    assert cli.main(["distill", "sms_spam", "--teacher", str(teacher / "model.keras"), "--student",
+                     "layers:1", "--out", str(student), "--max-examples", "48", "--transfer-examples",
+                     "16", "--general-corpus", corpus, "--general-steps", "3", "--epochs", "1",
+                     "--max-eval-examples", "40", "--quiet"]) == 0
+    metrics = json.loads((student / "metrics.json").read_text())
+    assert metrics["budget"] == {"labelled_examples": 48, "transfer_examples": 16,
+                                 "general_texts": metrics["budget"]["general_texts"]}
+    assert metrics["examples"] == 40 and metrics["parameters"] < metrics["teacher_parameters"]
+    assert kbert.load_model(str(student / "model.keras")).encoder.num_layers == 1
+    logged = scalars(student / "tensorboard" / "distill" / "train")
+    assert {"epoch_label_loss", "epoch_distillation_loss"} <= set(logged)
+    assert "parameters" in capsys.readouterr().out
+
+    pruned = tmp_path / "pruned"
+    assert cli.main(["prune", str(teacher / "model.keras"), "--task", "sms_spam", "--out", str(pruned),
+                     "--sparsity", "0.5", "--heads", "0.5", "--max-examples", "48",
+                     "--max-eval-examples", "40", "--quiet"]) == 0
+    metrics = json.loads((pruned / "metrics.json").read_text())
+    assert metrics["parameters"] < metrics["parameters_before"]
+    assert metrics["sparsity"]["sparsity"] == pytest.approx(0.5, abs=0.01)
+    assert "weight sparsity  0.5" in capsys.readouterr().out
+
+    out = str(tmp_path / "saved_models")
+    for name, run in [("student", student), ("pruned", pruned)]:
+        assert cli.main(["export", str(run / "model.keras"), "--name", name, "--out", out]) == 0
+        assert cli.main(["predict", f"{out}/{name}", "WIN a free prize now", "see you at 5"]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()[-2:]
+        assert all('"labels"' in line for line in lines)
+
+
+def test_distill_and_prune_explain_bad_arguments(tmp_path, capsys):
+    model = kbert.classifier("tiny", num_classes=2, vocabulary=VOCABULARY, sequence_length=16,
+                             num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    path = str(tmp_path / "teacher.keras")
+    model.save(path)
+    out = str(tmp_path / "run")
+    assert cli.main(["distill", "sst2", "--teacher", path, "--student", "huge", "--out", out]) == 2
+    assert "Unknown student 'huge'" in capsys.readouterr().err
+    assert cli.main(["distill", "sst2", "--teacher", path, "--student", "layers:0,x", "--out", out]) == 2
+    assert "layers:0,2,4" in capsys.readouterr().err
+    assert cli.main(["distill", "sst2", "--teacher", path, "--general-steps", "2", "--out", out]) == 2
+    assert "--general-corpus" in capsys.readouterr().err
+    assert cli.main(["prune", path, "--task", "sst2", "--out", out]) == 2
+    assert "Nothing to prune" in capsys.readouterr().err
+    assert cli.main(["prune", path, "--task", "sst2", "--heads", "1", "--out", out]) == 2
+    assert "share of heads" in capsys.readouterr().err

@@ -1,0 +1,259 @@
+"""Distillation and pruning runs on the canonical data sets: what `kbert distill` and `kbert prune` run.
+
+Each run reads a fine-tuned task model (the `model.keras` of `kbert train`),
+trains on the task's training split (see `kbert.fine_tuning.RECIPES`), and
+writes a run folder as `kbert train` does: `model.keras`, `metrics.json`
+(the evaluation split's metrics, the settings, the budget) and
+`tensorboard/` (each loss part its own scalar).
+"""
+
+import json
+import os
+import time
+
+from kbert.atomic_files import write_atomically
+from kbert.fine_tuning import evaluate_task, load_split, recipe, take
+
+STUDENT_LAYERS_PREFIX = "layers:"
+
+
+def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_examples=0,
+                 general_corpus=None, general_steps=0, layerwise_epochs=0, temperature=2.0,
+                 alpha=0.5, epochs=3, batch_size=32, learning_rate=None, max_examples=None,
+                 max_eval_examples=None, seed=0, verbose=1):
+    """Distils a fine-tuned classifier into a smaller student, evaluates it, and writes a run folder.
+
+    The stages, each optional but the last (TinyBERT's order):
+
+    1. general distillation: the student encoder learns the teacher
+       encoder's embeddings, hidden states and attention maps on raw text
+       (`general_corpus`, `general_steps` steps; `kbert.LayerwiseDistiller`);
+    2. task-specific layer-wise distillation on the task's texts
+       (`layerwise_epochs`);
+    3. task distillation (`kbert.Distiller`): the labelled training
+       examples plus a transfer set the teacher labels: `unlabeled` texts
+       and/or `transfer_examples` more training examples whose labels are
+       dropped.
+
+    Args:
+        task: a classification task of `kbert.fine_tuning.RECIPES`.
+        teacher: the fine-tuned teacher, a `kbert.Classifier` or the path of
+            its `.keras` file.
+        out: the run folder to write.
+        student: a preset name (e.g. `"mini"`), `"layers:0,2,4"` for a copy
+            of the teacher's layers 0, 2 and 4 (DistilBERT's
+            initialisation), a `.keras` file of an encoder (or of a model
+            that has one), or a `kbert.Encoder`.
+        unlabeled: texts for the transfer set (a list, or a text file with
+            one text per line).
+        transfer_examples: training examples outside the labelled subset
+            added to the transfer set without their labels.
+        general_corpus: text files or glob patterns of raw text.
+        general_steps: steps of general distillation on `general_corpus`.
+        layerwise_epochs: epochs of layer-wise distillation on the task's texts.
+        temperature, alpha: the task distillation's (see `kbert.Distiller`).
+        epochs, batch_size, learning_rate: of task distillation.
+        max_examples: the labelled subset's size (seeded); default all.
+        max_eval_examples: evaluate on the first this many examples.
+        seed: fixes the subsets, order and initial weights.
+        verbose: Keras' verbosity.
+
+    Returns:
+        The dict written to `metrics.json`.
+    """
+    import keras
+
+    import kbert
+
+    name, info = recipe(task)
+    if info.builder != "classifier":
+        raise ValueError(f"`kbert distill` distils classifiers; {name!r} is a {info.builder} task.")
+    teacher_path = teacher if isinstance(teacher, str) else None
+    if teacher_path is not None:
+        teacher = kbert.load_model(teacher_path)
+    if not isinstance(teacher, kbert.Classifier):
+        raise ValueError(f"The teacher must be a kbert.Classifier, got {type(teacher).__name__}.")
+    os.makedirs(out, exist_ok=True)
+    settings = {"task": name, "teacher": teacher_path, "student": str(student),
+                "transfer_examples": transfer_examples, "general_steps": general_steps,
+                "layerwise_epochs": layerwise_epochs, "temperature": temperature, "alpha": alpha,
+                "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+                "max_examples": max_examples, "seed": seed}
+    keras.utils.set_random_seed(seed)
+    all_x, all_y = load_split(name, info.splits[0])
+    x, y = take(all_x, all_y, max_examples, seed)
+    transfer = _transfer_set(all_x, x, transfer_examples, unlabeled, seed)
+    log_dir = os.path.join(out, "tensorboard")
+    encoder = student_encoder(student, teacher, seed)
+    budget = {"labelled_examples": len(y), "transfer_examples": len(transfer)}
+    start = time.time()
+    if general_steps:
+        if not general_corpus:
+            raise ValueError("General distillation needs raw text: give --general-corpus files.")
+        from kbert.data.documents import corpus_files
+
+        texts = read_text_lines(corpus_files(general_corpus))
+        encoder = _layerwise(teacher, encoder, texts, batch_size, os.path.join(log_dir, "general"),
+                             verbose, steps=general_steps)
+        budget["general_texts"] = len(texts)
+    if layerwise_epochs:
+        encoder = _layerwise(teacher, encoder, list(x) + list(transfer), batch_size,
+                             os.path.join(log_dir, "layerwise"), verbose, epochs=layerwise_epochs)
+    distiller = kbert.Distiller(teacher, encoder, temperature=temperature, alpha=alpha)
+    distiller.compile(learning_rate=learning_rate)
+    validation = take(*load_split(name, info.fit_validation_split), max_eval_examples)
+    history = distiller.fit(
+        x, y, unlabeled=transfer or None, epochs=epochs, batch_size=batch_size, verbose=verbose,
+        validation_data=validation,
+        callbacks=[kbert.callbacks.TensorBoard(log_dir=os.path.join(log_dir, "distill"), update_freq=50)],
+    )
+    seconds = time.time() - start
+    model = distiller.student
+    write_atomically(os.path.join(out, "model.keras"), model.save)
+    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)
+    result = {
+        **metrics,
+        "parameters": model.count_params(),
+        "teacher_parameters": teacher.count_params(),
+        "train_seconds": seconds,
+        "final_train_loss": float(history.history["loss"][-1]),
+        "budget": budget,
+        "settings": settings,
+    }
+    _write_json(os.path.join(out, "metrics.json"), result)
+    return result
+
+
+def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=False, epochs=1,
+               batch_size=32, learning_rate=2e-5, max_examples=None, max_eval_examples=None,
+               importance_examples=2000, seed=0, verbose=1):
+    """Prunes a fine-tuned task model while it trains on the task further, evaluates it, writes a run folder.
+
+    Attention heads go first (`heads`: the share of all heads removed, least
+    important first by Michel et al.'s measure on `importance_examples`
+    training examples; the model gets smaller and faster); then weights
+    (`sparsity`: the share of each Transformer kernel's weights set to
+    zero by magnitude on Zhu and Gupta's schedule during the `epochs` of
+    training, `kbert.MagnitudePruning`). `metrics.json` holds the
+    evaluation and the sparsity report (`kbert.compression.sparsity`).
+    """
+    import keras
+
+    import kbert
+
+    name, info = recipe(task)
+    model_path = model if isinstance(model, str) else None
+    if model_path is not None:
+        model = kbert.load_model(model_path)
+    if not 0 <= heads < 1:
+        raise ValueError(f"`heads` is the share of heads to remove, in [0, 1); got {heads}.")
+    if not sparsity and not heads:
+        raise ValueError("Nothing to prune: give a weight sparsity, a share of heads, or both.")
+    os.makedirs(out, exist_ok=True)
+    settings = {"task": name, "model": model_path, "sparsity": sparsity, "heads": heads,
+                "scope": scope, "rewind": rewind, "epochs": epochs, "batch_size": batch_size,
+                "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
+    keras.utils.set_random_seed(seed)
+    x, y = take(*load_split(name, info.splits[0]), max_examples, seed)
+    parameters_before = model.count_params()
+    start = time.time()
+    if heads:
+        sample_x, sample_y = take(x, y, importance_examples, seed)
+        importance = kbert.compression.head_importance(model, sample_x, sample_y, batch_size=batch_size)
+        model = kbert.prune_heads(model, fraction=heads, importance=importance)
+    callbacks = [kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50)]
+    if sparsity:
+        callbacks.append(kbert.MagnitudePruning(sparsity, scope=scope, rewind=rewind))
+    model.compile(learning_rate=learning_rate)
+    validation = take(*load_split(name, info.fit_validation_split), max_eval_examples)
+    model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=verbose, validation_data=validation,
+              callbacks=callbacks)
+    seconds = time.time() - start
+    write_atomically(os.path.join(out, "model.keras"), model.save)
+    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)
+    result = {
+        **metrics,
+        "parameters_before": parameters_before,
+        "parameters": model.count_params(),
+        "sparsity": kbert.compression.sparsity(model),
+        "train_seconds": seconds,
+        "settings": settings,
+    }
+    _write_json(os.path.join(out, "metrics.json"), result)
+    return result
+
+
+def student_encoder(student, teacher, seed=0):
+    """The student `kbert.Encoder` that `student` names (see `distill_task`)."""
+    import keras
+
+    import kbert
+    from kbert.presets import PRESETS
+
+    if isinstance(student, kbert.Encoder):
+        return student
+    student = str(student)
+    if student.startswith(STUDENT_LAYERS_PREFIX):
+        text = student[len(STUDENT_LAYERS_PREFIX):]
+        try:
+            layers = [int(part) for part in text.split(",")]
+        except ValueError:
+            raise ValueError(f"{student!r}: give the teacher's layers as numbers, e.g. "
+                             f"'{STUDENT_LAYERS_PREFIX}0,2,4'.") from None
+        return teacher.encoder.truncated(layers)
+    if student in PRESETS:
+        keras.utils.set_random_seed(seed)
+        return kbert.Encoder.from_preset(student, vocabulary_size=teacher.encoder.vocabulary_size)
+    if student.endswith(".keras"):
+        model = kbert.load_model(student)
+        encoder = getattr(model, "encoder", model)
+        if not isinstance(encoder, kbert.Encoder):
+            raise ValueError(f"{student} holds a {type(model).__name__}, not a kbert encoder.")
+        return encoder
+    raise ValueError(f"Unknown student {student!r}: give a preset ({', '.join(PRESETS)}), "
+                     f"'{STUDENT_LAYERS_PREFIX}0,2,4' or a .keras file.")
+
+
+def read_text_lines(files):
+    """The non-blank lines of text files, stripped."""
+    texts = []
+    for path in files:
+        with open(path, encoding="utf-8") as file:
+            texts.extend(line.strip() for line in file if line.strip())
+    if not texts:
+        raise ValueError(f"No text in {list(files)}.")
+    return texts
+
+
+def _transfer_set(all_x, labelled_x, count, unlabeled, seed):
+    transfer = []
+    if count:
+        taken = set(labelled_x)
+        rest = [text for text in all_x if text not in taken]
+        transfer += list(take(rest, None, count, seed + 1)[0])
+    if isinstance(unlabeled, str):
+        transfer += read_text_lines([unlabeled])
+    elif unlabeled is not None:
+        transfer += list(unlabeled)
+    return transfer
+
+
+def _layerwise(teacher, student, texts, batch_size, log_dir, verbose, steps=None, epochs=1):
+    import kbert
+
+    distiller = kbert.LayerwiseDistiller(teacher, student)
+    distiller.compile()
+    callbacks = [kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50)]
+    if steps:
+        import tensorflow as tf
+
+        data = tf.data.Dataset.from_tensor_slices(texts).shuffle(len(texts)).repeat()
+        distiller.fit(data, batch_size=batch_size, epochs=1, steps_per_epoch=steps,
+                      callbacks=callbacks, verbose=verbose)
+    else:
+        distiller.fit(texts, batch_size=batch_size, epochs=epochs, callbacks=callbacks, verbose=verbose)
+    return distiller.student
+
+
+def _write_json(path, result):
+    write_atomically(path, lambda temporary: open(temporary, "w").write(json.dumps(result, indent=2) + "\n"))
