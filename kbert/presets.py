@@ -43,19 +43,32 @@ def encoder_parameter_count(
     embedding_size=None,
     num_groups=None,
     num_inner_repetitions=1,
+    num_heads=None,
+    heads_per_layer=None,
     **unused,
 ):
-    """Weights of an encoder of these arguments, counted from its shapes (pooler included)."""
+    """Weights of an encoder of these arguments, counted from its shapes (pooler included).
+
+    With `heads_per_layer` (a head-pruned encoder) `num_heads` is needed too:
+    a layer with k heads has attention projections k / `num_heads` as wide.
+    """
     h, i = hidden_dim, intermediate_dim
     e = h if embedding_size is None else embedding_size
     blocks = (num_layers if num_groups is None else num_groups) * num_inner_repetitions
     embeddings = (vocabulary_size + max_sequence_length + num_segments) * e + 2 * e
     projection = 0 if e == h else e * h + h
-    attention = 4 * (h * h + h)
     feed_forward = h * i + i + i * h + h
     layer_norms = 2 * 2 * h
     pooler = h * h + h
-    return embeddings + projection + blocks * (attention + feed_forward + layer_norms) + pooler
+    if heads_per_layer is None:
+        attention = blocks * 4 * (h * h + h)
+    else:
+        if num_heads is None:
+            raise ValueError("Counting the weights of `heads_per_layer` needs `num_heads`.")
+        # Query, key and value map H to k heads of H / A, with biases; the output maps them back to H.
+        widths = [k * (h // num_heads) for k in heads_per_layer]
+        attention = sum(3 * (h * w + w) + w * h + h for w in widths)
+    return embeddings + projection + attention + blocks * (feed_forward + layer_norms) + pooler
 
 
 def parameter_count(name, vocabulary_size, max_sequence_length=512, num_segments=2):

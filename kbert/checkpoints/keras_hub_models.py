@@ -158,6 +158,11 @@ def encoder_to_keras_hub(encoder):
 
     if not isinstance(encoder, Encoder):
         raise TypeError(f"Expected a kbert.Encoder, got {type(encoder).__name__}.")
+    if encoder.is_head_pruned:
+        raise ValueError(
+            f"The encoder {encoder.name!r} has pruned attention heads (heads_per_layer="
+            f"{encoder.heads_per_layer}); keras-hub's backbones have `num_heads` heads in every layer."
+        )
     common = dict(
         vocabulary_size=encoder.vocabulary_size,
         num_layers=encoder.num_layers,

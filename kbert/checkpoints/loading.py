@@ -251,6 +251,8 @@ def save_pretrained(model, tokenizer, folder):
     `"model_type": "albert"`, `spiece.model` and `tokenizer_config.json`.
     Hugging Face transformers and `kbert.load_pretrained(folder)` read
     both. The folder must not exist; it appears complete or not at all.
+    A head-pruned encoder (`heads_per_layer`) is refused: those formats
+    have every head in every layer.
     """
     from kbert.models.encoder import Encoder
     from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
@@ -258,6 +260,12 @@ def save_pretrained(model, tokenizer, folder):
     encoder = model if isinstance(model, Encoder) else getattr(model, "encoder", None)
     if not isinstance(encoder, Encoder):
         raise TypeError(f"Expected a kbert.Encoder or a model with one, got {type(model).__name__}.")
+    if encoder.is_head_pruned:
+        raise ValueError(
+            f"The encoder {encoder.name!r} has pruned attention heads (heads_per_layer="
+            f"{encoder.heads_per_layer}); BERT and ALBERT checkpoints have every head in every "
+            "layer. Save it with `model.save(\"name.keras\")` or export it with `kbert.export`."
+        )
     is_albert = albert.is_albert_encoder(encoder)
     sentence_piece = isinstance(tokenizer, SentencePieceTokenizer)
     if is_albert or sentence_piece:

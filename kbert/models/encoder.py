@@ -5,6 +5,7 @@ import numbers
 import keras
 import keras_hub
 
+from kbert.models.pruned_transformer_encoder import PrunedTransformerEncoder
 from kbert.presets import preset_config
 
 # The feed-forward activations: BERT's exact (erf) GELU, and the tanh
@@ -52,6 +53,14 @@ class Encoder(keras.Model):
     With `embedding_size=hidden_dim` (the default) and no sharing the
     encoder is exactly BERT's: the same variables and outputs.
 
+    After attention-head pruning (`kbert.prune_heads`, Michel et al., 2019)
+    layers may keep fewer heads: `heads_per_layer` gives each layer's
+    count. A head keeps its size, `hidden_dim // num_heads`, so a layer with
+    k heads has query, key and value kernels of `(hidden_dim, k, head size)`
+    and less to compute. Head-pruned encoders save and load as `.keras`
+    files and export; the checkpoint writers (`kbert.save_pretrained`,
+    `to_keras_hub`) refuse them, as those formats have every head.
+
     Inputs are a dict of int tensors of shape `(batch, sequence)`:
     `token_ids`, `segment_ids` (0 or 1) and `padding_mask` (1 on real tokens).
     Outputs are a dict:
@@ -78,6 +87,9 @@ class Encoder(keras.Model):
             turn at every layer of the group.
         activation: `"gelu"` (exact, BERT's) or `"gelu_approximate"` (tanh
             form, ALBERT's).
+        heads_per_layer: the attention heads each layer keeps, a list of
+            `num_layers` integers from 1 to `num_heads`; default None:
+            `num_heads` in every layer. Not for shared layers (ALBERT).
         dtype: a dtype or `keras.DTypePolicy`, e.g. `"mixed_bfloat16"`.
 
     Example:
@@ -105,6 +117,7 @@ class Encoder(keras.Model):
         num_groups=None,
         num_inner_repetitions=1,
         activation="gelu",
+        heads_per_layer=None,
         dtype=None,
         **kwargs,
     ):
@@ -137,6 +150,9 @@ class Encoder(keras.Model):
             )
         if not 0 <= dropout < 1:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
+        shared = num_groups != num_layers or num_inner_repetitions != 1
+        if heads_per_layer is not None:
+            heads_per_layer = _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared)
 
         # === Layers ===
         self.token_embedding = keras_hub.layers.ReversibleEmbedding(
@@ -174,12 +190,10 @@ class Encoder(keras.Model):
                 dtype=dtype,
                 name="embedding_projection",
             )
-        shared = num_groups != num_layers or num_inner_repetitions != 1
 
-        def block(name):
-            return keras_hub.layers.TransformerEncoder(
+        def block(name, heads=num_heads):
+            settings = dict(
                 intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
                 dropout=dropout,
                 activation=_activation(activation),
                 layer_norm_epsilon=1e-12,
@@ -188,6 +202,10 @@ class Encoder(keras.Model):
                 dtype=dtype,
                 name=name,
             )
+            if heads == num_heads:
+                return keras_hub.layers.TransformerEncoder(num_heads=num_heads, **settings)
+            # Fewer heads, each of the full encoder's head size.
+            return PrunedTransformerEncoder(num_heads=heads, head_dim=hidden_dim // num_heads, **settings)
 
         # The distinct blocks: one per layer (BERT), or per group and inner
         # repetition (ALBERT), applied in the order `layer_blocks` gives.
@@ -198,7 +216,8 @@ class Encoder(keras.Model):
                 for k in range(num_inner_repetitions)
             ]
         else:
-            self.transformer_layers = [block(f"transformer_layer_{i}") for i in range(num_layers)]
+            heads = heads_per_layer or [num_heads] * num_layers
+            self.transformer_layers = [block(f"transformer_layer_{i}", heads[i]) for i in range(num_layers)]
         layers_per_group = num_layers // num_groups
         self.layer_blocks = [
             self.transformer_layers[
@@ -254,6 +273,12 @@ class Encoder(keras.Model):
         self.num_groups = num_groups
         self.num_inner_repetitions = num_inner_repetitions
         self.activation = activation
+        self.heads_per_layer = heads_per_layer
+
+    @property
+    def is_head_pruned(self):
+        """Whether some layer has fewer than `num_heads` attention heads (see `heads_per_layer`)."""
+        return self.heads_per_layer is not None and any(k != self.num_heads for k in self.heads_per_layer)
 
     def embed(self, token_ids, segment_ids, training=None):
         """The first Transformer block's input: summed embeddings, normalised, dropped out, projected."""
@@ -333,6 +358,7 @@ class Encoder(keras.Model):
             "num_groups": self.num_groups,
             "num_inner_repetitions": self.num_inner_repetitions,
             "activation": self.activation,
+            "heads_per_layer": None if self.heads_per_layer is None else list(self.heads_per_layer),
         }
 
     @classmethod
@@ -341,3 +367,27 @@ class Encoder(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared):
+    """`heads_per_layer` as a list of ints, or a clear error naming what is wrong."""
+    if shared:
+        raise ValueError(
+            "`heads_per_layer` is not supported with shared layers (ALBERT's `num_groups` or "
+            "`num_inner_repetitions`): the layers of a group share one attention layer."
+        )
+    if isinstance(heads_per_layer, (str, bytes)) or not hasattr(heads_per_layer, "__len__"):
+        raise ValueError(f"`heads_per_layer` must be a list of {num_layers} integers, got {heads_per_layer!r}.")
+    if len(heads_per_layer) != num_layers:
+        raise ValueError(
+            f"`heads_per_layer` must give one head count per layer ({num_layers}), got "
+            f"{len(heads_per_layer)}: {list(heads_per_layer)}."
+        )
+    for layer, heads in enumerate(heads_per_layer):
+        if isinstance(heads, bool) or not isinstance(heads, numbers.Real) or int(heads) != heads \
+                or not 1 <= heads <= num_heads:
+            raise ValueError(
+                f"`heads_per_layer[{layer}]` must be an integer from 1 to `num_heads` ({num_heads}), "
+                f"got {heads!r}."
+            )
+    return [int(heads) for heads in heads_per_layer]

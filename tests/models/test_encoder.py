@@ -265,3 +265,71 @@ def test_albert_presets_count_the_parameters_of_the_published_models(name):
         encoder = kbert.Encoder.from_preset(name, vocabulary_size=30000)
         assert encoder.count_params() == expected
         assert len(encoder.transformer_layers) == 1 and len(encoder.layer_blocks) == PRESETS[name]["num_layers"]
+
+
+def pruned_kwargs(**overrides):
+    """A tiny encoder of 3 layers with 4 heads of size 4, which keep 4, 1 and 3 heads."""
+    return {**tiny_encoder_kwargs(), "num_layers": 3, "num_heads": 4, "heads_per_layer": [4, 1, 3], **overrides}
+
+
+def test_heads_per_layer_shapes_and_parameter_count():
+    encoder = kbert.Encoder(**pruned_kwargs())
+    for block, heads in zip(encoder.transformer_layers, [4, 1, 3]):
+        attention = block._self_attention_layer
+        assert tuple(attention._query_dense.kernel.shape) == (16, heads, 4)
+        assert tuple(attention._value_dense.bias.shape) == (heads, 4)
+        assert tuple(attention._output_dense.kernel.shape) == (heads, 4, 16)
+    # A layer keeping every head is keras-hub's block itself.
+    assert type(encoder.transformer_layers[0]) is keras_hub.layers.TransformerEncoder
+    outputs = encoder(encoder_inputs())
+    assert outputs["sequence_output"].shape == (2, 6, 16) and len(outputs["encoder_outputs"]) == 3
+    assert encoder.is_head_pruned
+    full = kbert.Encoder(**pruned_kwargs(heads_per_layer=None))
+    removed_heads = 3 + 1
+    assert full.count_params() - encoder.count_params() == removed_heads * (3 * (16 * 4 + 4) + 4 * 16)
+    assert encoder.count_params() == encoder_parameter_count(**encoder.get_config())
+
+
+def test_heads_per_layer_config_and_save_round_trip(tmp_path):
+    encoder = kbert.Encoder(**pruned_kwargs())
+    assert encoder.get_config()["heads_per_layer"] == [4, 1, 3]
+    run_config_round_trip(encoder, encoder_inputs())
+    path = str(tmp_path / "pruned.keras")
+    encoder.save(path)
+    restored = keras.saving.load_model(path)
+    assert restored.heads_per_layer == [4, 1, 3]
+    assert_all_close(encoder(encoder_inputs()), restored(encoder_inputs()), atol=0)
+
+
+def test_every_head_kept_is_the_unpruned_encoder():
+    keras.utils.set_random_seed(5)
+    plain = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.0)
+    same = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.0, heads_per_layer=[2, 2])
+    assert plain.heads_per_layer is None and not plain.is_head_pruned and not same.is_head_pruned
+    assert [w.path for w in same.weights] == [w.path for w in plain.weights]
+    assert [type(block) for block in same.transformer_layers] == [keras_hub.layers.TransformerEncoder] * 2
+    same.set_weights(plain.get_weights())
+    assert_all_close(plain(encoder_inputs()), same(encoder_inputs()), atol=0)
+    # A pruned layer's variables have the paths, and the order, of a full one.
+    pruned = kbert.Encoder(**tiny_encoder_kwargs(), heads_per_layer=[2, 1])
+    assert [w.path for w in pruned.weights] == [w.path for w in plain.weights]
+
+
+@pytest.mark.parametrize(
+    "heads_per_layer, message",
+    [
+        ([4, 1], r"one head count per layer \(3\), got 2: \[4, 1\]"),
+        ([4, 0, 3], r"`heads_per_layer\[1\]` must be an integer from 1 to `num_heads` \(4\), got 0"),
+        ([4, 5, 3], r"`heads_per_layer\[1\]` must be an integer from 1 to `num_heads` \(4\), got 5"),
+        ([4, 1.5, 3], r"`heads_per_layer\[1\]` must be an integer"),
+        (4, "must be a list of 3 integers, got 4"),
+    ],
+)
+def test_bad_heads_per_layer_is_named(heads_per_layer, message):
+    with pytest.raises(ValueError, match=message):
+        kbert.Encoder(**pruned_kwargs(heads_per_layer=heads_per_layer))
+
+
+def test_heads_per_layer_is_refused_with_shared_layers():
+    with pytest.raises(ValueError, match="`heads_per_layer` is not supported with shared layers"):
+        kbert.Encoder(**albert_kwargs(num_heads=2, heads_per_layer=[2, 1, 2, 2]))
