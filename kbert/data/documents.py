@@ -94,7 +94,7 @@ def text_lines(patterns, max_lines=None):
 
     Example:
     >>> with open("book.txt", "w") as file:
-    ...     _ = file.write("It rained.\n\n  We stayed in.  \n")
+    ...     _ = file.write("It rained.\\n\\n  We stayed in.  \\n")
     >>> text_lines("book.txt")
     ['It rained.', 'We stayed in.']
     """

@@ -80,7 +80,7 @@ class LayerwiseDistiller(keras.Model):
     >>> student = kbert.Encoder.from_preset("tiny", vocabulary_size=len(vocab), num_layers=1,
     ...                                     hidden_dim=64)
     >>> distiller = kbert.LayerwiseDistiller(teacher, student)
-    >>> distiller.layer_map, distiller.hidden_projection.kernel.shape
+    >>> distiller.layer_map, tuple(distiller.hidden_projection.kernel.shape)
     ((1,), (64, 128))
     >>> history = distiller.fit(["the cat sat", "a dog ran", "the dog sat"], batch_size=2, verbose=0)
     >>> sorted(history.history)
@@ -224,7 +224,11 @@ class LayerwiseDistiller(keras.Model):
             parts = self.compute_loss_parts(inputs, training=True)
             loss = self.optimizer.scale_loss(parts["loss"])
         gradients = tape.gradient(loss, variables)
-        self.optimizer.apply_gradients(zip(gradients, variables))
+        # Some weights may get no gradient (with attention alone, the last
+        # layer's feed-forward): they are left as they are, without Keras'
+        # warning about a missing loss.
+        pairs = [(g, v) for g, v in zip(gradients, variables) if g is not None]
+        self.optimizer.apply_gradients(pairs)
         return self._record(parts, inputs)
 
     def test_step(self, data):
