@@ -178,6 +178,9 @@ def test_task_models_give_their_encoder_and_packer_and_datasets_and_pairs_fit():
     distiller = kbert.LayerwiseDistiller(teacher, student_model, attention=False)
     assert distiller.teacher is teacher.encoder and distiller.student is student_model.encoder
     assert distiller.preprocessor is teacher.preprocessor.packer
+    # A bare teacher encoder: the student task model's packer.
+    from_student = kbert.LayerwiseDistiller(teacher.encoder, student_model)
+    assert from_student.preprocessor is student_model.preprocessor.packer
     # An endless dataset of texts, with steps_per_epoch.
     dataset = tf.data.Dataset.from_tensor_slices(TEXTS).repeat()
     history = distiller.fit(dataset, batch_size=3, steps_per_epoch=2, epochs=2, verbose=0)
