@@ -78,6 +78,42 @@ def split_sentences(text):
     return [s for s in parts if s]
 
 
+def text_lines(patterns, max_lines=None):
+    """The non-blank lines of text files, stripped: raw text for general distillation.
+
+    Each line is one text (a paragraph of WikiText, a line of a book); a
+    text longer than the model's sequence is cut when it is packed. Binary
+    files are skipped, as in `read_documents`.
+
+    Args:
+        patterns: file paths, folders or glob patterns (see `corpus_files`).
+        max_lines: stop after this many lines; `None` reads everything.
+
+    Raises:
+        DataFormatError: a line is not valid UTF-8 (names the file and line).
+
+    Example:
+    >>> with open("book.txt", "w") as file:
+    ...     _ = file.write("It rained.\\n\\n  We stayed in.  \\n")
+    >>> text_lines("book.txt")
+    ['It rained.', 'We stayed in.']
+    """
+    if max_lines is not None and (isinstance(max_lines, bool) or int(max_lines) != max_lines
+                                  or max_lines < 1):
+        raise ValueError(f"`max_lines` must be a positive integer or None, got {max_lines!r}.")
+    lines = []
+    for path in corpus_files(patterns):
+        if _is_binary(path):
+            continue
+        for _, line in _read_text_lines(path):
+            line = line.strip()
+            if line:
+                lines.append(line)
+                if max_lines is not None and len(lines) >= max_lines:
+                    return lines
+    return lines
+
+
 def read_documents(files, document_boundary="file", stats=None, max_document_sentences=1000):
     """Yields each document of the corpus as a list of sentences, streaming.
 

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from kbert.data import DataFormatError
-from kbert.data.documents import CorpusStats, corpus_files, read_documents, split_sentences
+from kbert.data.documents import CorpusStats, corpus_files, read_documents, split_sentences, text_lines
 
 
 def write(path, content):
@@ -247,3 +247,20 @@ def test_paths_may_be_path_objects(tmp_path):
     path = write(tmp_path / "a.txt", "One.\n")
     assert list(read_documents([path])) == [["One."]]
     assert corpus_files(path) == [os.fspath(path)]
+
+
+def test_text_lines_are_the_non_blank_lines_stripped_in_file_order(tmp_path):
+    write(tmp_path / "corpus" / "a.txt", " = Title = \n\nFirst line.\n   \n\tSecond line. \n")
+    write(tmp_path / "corpus" / "b.txt", "\ufeffThird line.\nFourth")
+    write(tmp_path / "corpus" / "c.bin", b"\x00\x01binary")
+    lines = text_lines(tmp_path / "corpus")
+    assert lines == ["= Title =", "First line.", "Second line.", "Third line.", "Fourth"]
+    assert text_lines(str(tmp_path / "corpus" / "*.txt"), max_lines=2) == ["= Title =", "First line."]
+    with pytest.raises(ValueError, match="`max_lines` must be a positive integer or None, got 0"):
+        text_lines(tmp_path / "corpus", max_lines=0)
+
+
+def test_text_lines_name_the_file_and_line_of_bad_text(tmp_path):
+    write(tmp_path / "bad.txt", b"fine\n\nstill fine\n\xff\xfe broken\n")
+    with pytest.raises(DataFormatError, match=r"bad\.txt, line 4"):
+        text_lines(tmp_path / "bad.txt")
