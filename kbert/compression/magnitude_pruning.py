@@ -303,10 +303,7 @@ class MagnitudePruning(KeepSparsity):
 
     def on_train_end(self, logs=None):
         if self._rewind_weights is not None:
-            if isinstance(self._rewind_weights, list):
-                self.model.set_weights(self._rewind_weights)
-            else:
-                self.model.load_weights(os.fspath(self._rewind_weights))
+            self.model.set_weights(self._rewind_weights)
             self.masks.apply()
 
     def _update_step(self, step):
@@ -339,8 +336,9 @@ class MagnitudePruning(KeepSparsity):
         if self.rewind_to is None:
             return self.model.get_weights()
         if isinstance(self.rewind_to, (str, os.PathLike)):
-            return self.rewind_to
-        weights = list(self.rewind_to)
+            weights = _saved_weights(self.model, os.fspath(self.rewind_to))
+        else:
+            weights = list(self.rewind_to)
         expected = self.model.get_weights()
         if len(weights) != len(expected) or any(
             np.shape(given) != np.shape(own) for given, own in zip(weights, expected)
@@ -350,6 +348,16 @@ class MagnitudePruning(KeepSparsity):
                 f"({len(expected)} arrays of its shapes), got {len(weights)} arrays that do not fit."
             )
         return weights
+
+
+def _saved_weights(model, path):
+    """The model weights saved in a `.keras` file, or in a `.weights.h5` file of a model like `model`."""
+    if path.endswith(".keras"):
+        return keras.saving.load_model(path, compile=False).get_weights()
+    # Read into a copy, so that the model's own optimizer state stays as it is.
+    copy = type(model).from_config(model.get_config())
+    copy.load_weights(path)
+    return copy.get_weights()
 
 
 def _check_step(name, value, minimum):

@@ -243,14 +243,18 @@ def test_rewinding_keeps_the_mask_and_the_weights_before_fit(model):
 
 def test_rewinding_to_given_weights(model, tmp_path):
     other = tiny_classifier()
-    path = str(tmp_path / "start.weights.h5")
-    other.save_weights(path)
-    for rewind_to in (other.get_weights(), path):
+    weights_file, model_file = str(tmp_path / "start.weights.h5"), str(tmp_path / "start.keras")
+    other.save_weights(weights_file)
+    other.save(model_file)
+    iterations = int(model.optimizer.iterations)
+    for rewind_to in (other.get_weights(), weights_file, model_file):
         fit(model, epochs=1, callbacks=[kbert.MagnitudePruning(0.5, frequency=4, rewind_to=rewind_to)])
         for kernel, target in zip(kernels(model), kernels(other)):
             kept = kernel != 0
             np.testing.assert_array_equal(kernel[kept], target[kept])
             assert abs(np.mean(~kept) - 0.5) <= 1 / kernel.size
+    # The optimizer's own state was not rewound.
+    assert int(model.optimizer.iterations) == iterations + 3 * 4
 
 
 def test_a_pretrainer_is_pruned_and_keeps_its_zeros():
