@@ -92,16 +92,22 @@ def sparsity(model):
 
     Example:
     >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=100, num_layers=1)
-    >>> report = kbert.compression.sparsity(encoder)
+    >>> report = kbert.MagnitudePruning.prune(encoder, 0.75)
+    >>> report == kbert.compression.sparsity(encoder)
+    True
     >>> report["sparsity"], report["total"], sorted(report["blocks"])
-    (0.0, 196608, ['transformer_layer_0'])
-    >>> print(kbert.compression.format_sparsity(report))  # doctest: +NORMALIZE_WHITESPACE
-    block / kernel         sparsity      nonzero        total
-    transformer_layer_0       0.0 %      196,608      196,608
-      query                   0.0 %       16,384       16,384
-    ...
-    prunable kernels          0.0 %      196,608      196,608
-    encoder                   0.0 %      ...
+    (0.75, 196608, ['transformer_layer_0'])
+    >>> print(kbert.compression.format_sparsity(report))
+    block / kernel          sparsity      nonzero        total
+    transformer_layer_0       75.0 %       49,152      196,608
+      query                   75.0 %        4,096       16,384
+      key                     75.0 %        4,096       16,384
+      value                   75.0 %        4,096       16,384
+      attention_output        75.0 %        4,096       16,384
+      intermediate            75.0 %       16,384       65,536
+      output                  75.0 %       16,384       65,536
+    prunable kernels          75.0 %       49,152      196,608
+    encoder                   50.8 %      144,512      293,632
     """
     encoder = find_encoder(model)
     blocks = {}
