@@ -7,7 +7,7 @@ import keras_hub
 import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
-from kbert.compression.magnitude_pruning import with_sparsity_kept
+from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, distributed_stream
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.task_model import FreezesUnusedPooler

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.compression.magnitude_pruning import with_sparsity_kept
+from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.data.input_pipeline import task_dataset
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker
 from kbert.models.encoder import bert_initializer
