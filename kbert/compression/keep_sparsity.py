@@ -1,4 +1,4 @@
-"""Keeping a pruned encoder's zero kernel weights at 0 while it trains: `KeepSparsity` and the masks it applies."""
+"""`KeepSparsity`: a pruned encoder's zero kernel weights stay 0 while it trains; the masks it applies."""
 
 import keras
 import numpy as np

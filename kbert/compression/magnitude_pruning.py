@@ -1,13 +1,13 @@
-"""Magnitude (weight) pruning of an encoder's Transformer kernels while it trains: `kbert.MagnitudePruning`."""
+"""`kbert.MagnitudePruning`: magnitude (weight) pruning of an encoder's Transformer kernels as it trains."""
 
 import numbers
 import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.compression.keep_sparsity import KeepSparsity, KernelMasks
+from kbert.compression.sparsity import sparsity as sparsity_report
 
 SCOPES = ("layer", "global")
 
@@ -136,8 +136,6 @@ class MagnitudePruning(KeepSparsity):
         >>> round(report["sparsity"], 3)
         0.9
         """
-        from kbert.compression.sparsity import sparsity as sparsity_report
-
         pruning = cls(sparsity, end_step=1, scope=scope)
         pruning.set_model(model)
         pruning.masks = KernelMasks(model)
@@ -182,9 +180,9 @@ class MagnitudePruning(KeepSparsity):
         update = self._update_step(self._step)
         if update is not None and update != self._last_update:
             self._last_update = update
-            self._prune_to(
-                lambda initial: sparsity_at_step(update, self.target_sparsity, self.begin_step, self._end, initial)
-            )
+            self._prune_to(lambda initial: sparsity_at_step(
+                update, self.target_sparsity, self.begin_step, self._end, initial
+            ))
         else:
             self.masks.apply()
         self._log(logs)
