@@ -7,6 +7,7 @@ import keras_hub
 import tensorflow as tf
 
 from kbert.callbacks.backup_and_restore import BackupAndRestore
+from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, distributed_stream
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.task_model import FreezesUnusedPooler
@@ -84,6 +85,8 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         next_sentence: the older switch of the objective: `True` is
             `objective="nsp"`, `False` is `objective="none"`.
         objective: `"nsp"` (the default), `"sop"` or `"none"`.
+        keep_sparsity: whether the encoder is pruned (`kbert.MagnitudePruning`
+            sets it): `fit` then keeps its pruned (zero) kernel weights at 0.
 
     Example:
     >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=30)
@@ -117,7 +120,8 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         # Only the pair head (NSP or SOP) reads the pooled [CLS] vector.
         return getattr(self, "objective", "not built yet") != "none"
 
-    def __init__(self, encoder, next_sentence=None, name=None, objective=None, **kwargs):
+    def __init__(self, encoder, next_sentence=None, name=None, objective=None, keep_sparsity=False,
+                 **kwargs):
         objective = resolve_objective(objective, next_sentence)
         if isinstance(encoder, dict):
             encoder = keras.saving.deserialize_keras_object(encoder)
@@ -176,6 +180,7 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         # === Config ===
         self.objective = objective
         self.next_sentence = objective == "nsp"
+        self.keep_sparsity = bool(keep_sparsity)  # pruned: `fit` keeps the zero kernel weights
         self.compile()
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None,
@@ -255,7 +260,7 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         interrupted epoch.
         """
         self._check_targets(x, y)
-        callbacks = list(callbacks or [])
+        callbacks = with_sparsity_kept(self, callbacks)
         backup = _find_backup(callbacks)
         position = backup.peek() if backup is not None else None
         stream, batches_per_pass = _batch_stream(x, batch_size)
@@ -332,6 +337,7 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
             "trainable": self.trainable,
             "encoder": keras.saving.serialize_keras_object(self.encoder),
             "objective": self.objective,
+            "keep_sparsity": self.keep_sparsity,
         }
 
     @classmethod

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.data.input_pipeline import task_dataset
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker
 from kbert.models.encoder import bert_initializer
@@ -66,13 +67,17 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
       `tag`, `answer`, `embed`; `evaluate_report` gives the metrics the
       task's community reports.
 
+    `keep_sparsity=True` marks a pruned model (`kbert.MagnitudePruning` sets
+    it): its `fit` then keeps the encoder's pruned (zero) kernel weights at 0.
+
     Subclasses build the functional graph and call
     `super().__init__(inputs=..., outputs=..., preprocessor=...)`.
     """
 
-    def __init__(self, *args, preprocessor=None, **kwargs):
+    def __init__(self, *args, preprocessor=None, keep_sparsity=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.preprocessor = preprocessor
+        self.keep_sparsity = bool(keep_sparsity)
 
     @property
     def text_pairs(self):
@@ -128,6 +133,7 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         if validation_data is not None:
             validation_data = self._validation_dataset(validation_data, batch_size)
         self._start_learning_rate_window(dataset, steps_per_epoch, epochs - initial_epoch)
+        kwargs["callbacks"] = with_sparsity_kept(self, kwargs.get("callbacks"))
         return super().fit(
             dataset,
             epochs=epochs,
@@ -205,6 +211,7 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
             "trainable": self.trainable,
             "encoder": keras.saving.serialize_keras_object(self.encoder),
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+            "keep_sparsity": self.keep_sparsity,
         }
 
     @classmethod
