@@ -49,6 +49,7 @@ _NAMES = {
     "pretraining_dataset": "kbert.data.pretraining",
     "prepare_pretraining_data": "kbert.data.pretraining",
     "Classifier": "kbert.models.classifier",
+    "Distiller": "kbert.models.distiller",
     "Embedder": "kbert.models.embedder",
     "Encoder": "kbert.models.encoder",
     "FillMask": "kbert.models.fill_mask",
@@ -136,6 +137,7 @@ def load_model(path):
 __all__ = [
     "Classifier",
     "ClassifierPreprocessor",
+    "Distiller",
     "Embedder",
     "EmbedderPreprocessor",
     "Encoder",

@@ -1,5 +1,6 @@
 """Smaller BERTs: knowledge distillation losses, weight pruning and attention-head pruning."""
 
+from kbert.compression.distillation_loss import distillation_loss
 from kbert.compression.head_pruning import head_importance, least_important_heads, mask_heads, prune_heads
 from kbert.compression.keep_sparsity import KeepSparsity
 from kbert.compression.layer_mapping import (
@@ -17,6 +18,7 @@ __all__ = [
     "MagnitudePruning",
     "attention_mean_squared_error",
     "check_layer_map",
+    "distillation_loss",
     "encoder_states",
     "format_sparsity",
     "head_importance",

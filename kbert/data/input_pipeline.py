@@ -71,20 +71,39 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
             raise ValueError("With a tf.data.Dataset, put the targets in the dataset, not in `y`.")
         if is_preprocessed(x.element_spec):
             return x  # Keras' own evaluate inside fit, for one.
-        batches = preprocessor.batch_dataset(x, batch_size)
-        count = output_count = None
-        group_by_length = False
-    else:
-        examples = preprocessor.examples(x, y, sample_weight)
-        count, output_count = examples.count, examples.output_count
-        dataset = tf.data.Dataset.from_tensor_slices(examples.tensors)
-        if shuffle:
-            dataset = dataset.shuffle(count, seed=seed, reshuffle_each_iteration=True)
-        group_by_length = shuffle and preprocessor.pads_to_longest
-        group_size = batch_size * (LENGTH_GROUP_BATCHES if group_by_length else 1)
-        batches = dataset.ragged_batch(group_size) if examples.ragged else dataset.batch(group_size)
-        if group_by_length:
-            batches = sort_into_batches(batches, preprocessor.example_lengths, batch_size)
+        return _model_input_batches(preprocessor, preprocessor.batch_dataset(x, batch_size), batch_size)
+    examples = preprocessor.examples(x, y, sample_weight)
+    return examples_dataset(preprocessor, examples, batch_size, shuffle=shuffle, seed=seed)
+
+
+def examples_dataset(preprocessor, examples, batch_size=None, shuffle=False, seed=None):
+    """Steps 2 to 4 of `task_dataset`, on examples checked already: batches of model inputs.
+
+    `examples` are `Examples` as a task preprocessor's `examples` gives
+    them: a tuple of tensors, the features first; what follows them
+    (targets, weights, or anything else with one entry per example, such
+    as a teacher's logits) is sliced, shuffled and batched with them and
+    passed through the preprocessor's `forward_batch` as it is.
+
+    Returns:
+        A `tf.data.Dataset` of `(inputs, *rest)` (or `inputs`), with a known
+        number of batches.
+    """
+    batch_size = batch_size or preprocessor.default_batch_size
+    dataset = tf.data.Dataset.from_tensor_slices(examples.tensors)
+    if shuffle:
+        dataset = dataset.shuffle(examples.count, seed=seed, reshuffle_each_iteration=True)
+    group_by_length = shuffle and preprocessor.pads_to_longest
+    group_size = batch_size * (LENGTH_GROUP_BATCHES if group_by_length else 1)
+    batches = dataset.ragged_batch(group_size) if examples.ragged else dataset.batch(group_size)
+    if group_by_length:
+        batches = sort_into_batches(batches, preprocessor.example_lengths, batch_size)
+    return _model_input_batches(preprocessor, batches, batch_size, examples, group_by_length, seed)
+
+
+def _model_input_batches(preprocessor, batches, batch_size, examples=None, group_by_length=False,
+                         seed=None):
+    """Batches of raw examples through the forward step, padded, counted and prefetched."""
 
     # Preprocessing has no Python control flow on tensors: skipping AutoGraph's
     # conversion makes tracing faster.
@@ -95,14 +114,14 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
     mapped = batches.map(forward, num_parallel_calls=tf.data.AUTOTUNE)
     if preprocessor.pads_to_longest:
         mapped = mapped.map(cut_padding, num_parallel_calls=tf.data.AUTOTUNE)
-    if output_count is not None and output_count != count:
+    if examples is not None and examples.output_count != examples.count:
         # One example gave several (question windows): re-batch what it gave.
         mapped = mapped.unbatch().batch(batch_size)
     if group_by_length:
         mapped = mapped.shuffle(LENGTH_GROUP_BATCHES, seed=seed, reshuffle_each_iteration=True)
-    if output_count is not None:
+    if examples is not None:
         # The learning-rate schedule counts on the number of steps.
-        steps = math.ceil(output_count / batch_size)
+        steps = math.ceil(examples.output_count / batch_size)
         mapped = mapped.apply(tf.data.experimental.assert_cardinality(steps))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

@@ -11,6 +11,14 @@ from kbert.presets import preset_config
 # The feed-forward activations: BERT's exact (erf) GELU, and the tanh
 # approximation ALBERT v2 checkpoints were trained with ("gelu_new").
 ACTIVATIONS = ("gelu", "gelu_approximate")
+# Config entries with one value per layer: `Encoder.truncated` keeps the
+# values of the layers it keeps.
+PER_LAYER_CONFIG = ()
+# The layers before and after the Transformer blocks, which a truncated encoder copies.
+NON_BLOCK_LAYERS = (
+    "token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm",
+    "embedding_projection", "pooler_dense",
+)
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -340,6 +348,65 @@ class Encoder(keras.Model):
         from kbert.checkpoints.keras_hub_models import encoder_to_keras_hub
 
         return encoder_to_keras_hub(self)
+
+    def truncated(self, layers):
+        """A new encoder of the chosen layers: the same embeddings, those blocks in order, the same pooler.
+
+        The layers are indices in `[0, num_layers)`, strictly increasing;
+        everything else (widths, dropout, dtype) is this encoder's config and
+        the weights are copies, so training the new encoder leaves this one
+        as it is. DistilBERT (Sanh et al., 2019) starts its student from
+        every other layer of the teacher: `encoder.truncated([0, 2, 4])` of
+        a 6-layer encoder; `truncated(range(3))` keeps the bottom three.
+        An ALBERT encoder whose layers share blocks cannot be truncated.
+
+        Example:
+        >>> teacher = kbert.Encoder.from_preset("tiny", vocabulary_size=50, num_layers=4)
+        >>> student = teacher.truncated([0, 2])
+        >>> student.num_layers, student.hidden_dim
+        (2, 128)
+        """
+        layers = self._check_truncation(layers)
+        config = self.get_config()
+        del config["name"]  # a fresh name: the two may sit side by side in one model
+        config["num_layers"] = config["num_groups"] = len(layers)
+        for name in PER_LAYER_CONFIG:
+            config[name] = [config[name][i] for i in layers]
+        encoder = Encoder.from_config(config)
+        for name in NON_BLOCK_LAYERS:
+            if getattr(self, name) is not None:
+                getattr(encoder, name).set_weights(getattr(self, name).get_weights())
+        for target, source in zip(encoder.transformer_layers, layers):
+            target.set_weights(self.transformer_layers[source].get_weights())
+        return encoder
+
+    def _check_truncation(self, layers):
+        """`layers` as a list of ints, or a clear error about what is wrong with it."""
+        if self.num_groups != self.num_layers or self.num_inner_repetitions != 1:
+            raise ValueError(
+                "This ALBERT encoder shares its Transformer blocks across layers "
+                f"(num_groups={self.num_groups}, num_inner_repetitions={self.num_inner_repetitions}, "
+                f"num_layers={self.num_layers}): a layer has no weights of its own to keep or drop, "
+                "so it cannot be truncated."
+            )
+        layers = list(layers)
+        if not layers:
+            raise ValueError("`layers` is empty: keep at least one layer.")
+        for index in layers:
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+                raise TypeError(f"Layer indices must be integers, got {index!r} in {layers}.")
+        layers = [int(index) for index in layers]
+        for index in layers:
+            if not 0 <= index < self.num_layers:
+                raise ValueError(
+                    f"Layer index {index} is out of range: this encoder has {self.num_layers} layers, "
+                    f"indices 0 to {self.num_layers - 1}."
+                )
+        if any(a >= b for a, b in zip(layers, layers[1:])):
+            raise ValueError(
+                f"Layer indices must be strictly increasing (each layer once, in order), got {layers}."
+            )
+        return layers
 
     def get_config(self):
         return {

@@ -333,3 +333,83 @@ def test_bad_heads_per_layer_is_named(heads_per_layer, message):
 def test_heads_per_layer_is_refused_with_shared_layers():
     with pytest.raises(ValueError, match="`heads_per_layer` is not supported with shared layers"):
         kbert.Encoder(**albert_kwargs(num_heads=2, heads_per_layer=[2, 1, 2, 2]))
+
+
+# --- truncated --------------------------------------------------------------------
+
+
+def three_layer_encoder(**overrides):
+    return kbert.Encoder(**{**tiny_encoder_kwargs(), "num_layers": 3, "dropout": 0.0, **overrides})
+
+
+def test_truncated_to_the_bottom_layers_gives_the_same_layer_outputs():
+    teacher = three_layer_encoder()
+    inputs = encoder_inputs()
+    expected = teacher(inputs)
+    for n in (1, 2, 3):
+        student = teacher.truncated(range(n))
+        assert student.num_layers == n and len(student.transformer_layers) == n
+        outputs = student(inputs)
+        for got, want in zip(outputs["encoder_outputs"], expected["encoder_outputs"][:n]):
+            np.testing.assert_allclose(got, want, atol=1e-6)
+    # All layers: the pooler is the teacher's too.
+    np.testing.assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=1e-6)
+
+
+def test_truncated_blocks_are_the_chosen_blocks_in_order():
+    teacher = three_layer_encoder()
+    student = teacher.truncated([0, 2])
+    inputs = encoder_inputs()
+    embedded = teacher.embed(inputs["token_ids"], inputs["segment_ids"])
+    mask = inputs["padding_mask"]
+    first = teacher.transformer_layers[0](embedded, padding_mask=mask)
+    second = teacher.transformer_layers[2](first, padding_mask=mask)
+    outputs = student(inputs)
+    np.testing.assert_allclose(outputs["encoder_outputs"][0], first, atol=1e-6)
+    np.testing.assert_allclose(outputs["encoder_outputs"][1], second, atol=1e-6)
+    np.testing.assert_allclose(outputs["pooled_output"], teacher.pooler_dense(second[:, 0]), atol=1e-6)
+    # The weights are copies: training the student leaves the teacher alone.
+    before = teacher.transformer_layers[2].get_weights()
+    kernel = student.transformer_layers[1].weights[0]
+    kernel.assign(kernel + 1.0)
+    assert_all_close(teacher.transformer_layers[2].get_weights(), before, atol=0)
+
+
+def test_truncated_config_round_trips_and_keeps_the_rest_of_the_config():
+    teacher = three_layer_encoder(embedding_size=8, dtype="mixed_bfloat16")
+    student = teacher.truncated([1])
+    config = student.get_config()
+    assert config["num_layers"] == config["num_groups"] == 1
+    unchanged = {"name", "num_layers", "num_groups"}
+    assert {k: v for k, v in config.items() if k not in unchanged} == {
+        k: v for k, v in teacher.get_config().items() if k not in unchanged
+    }
+    assert student.name != teacher.name
+    assert student.layer_dtype_policy.name == "mixed_bfloat16"
+    # Factorized embeddings: the projection is copied too.
+    assert_all_close(student.embedding_projection.get_weights(), teacher.embedding_projection.get_weights())
+    run_config_round_trip(student, encoder_inputs())
+
+
+@pytest.mark.parametrize(
+    "layers, error, message",
+    [
+        ([], ValueError, "`layers` is empty"),
+        ([0, 3], ValueError, r"Layer index 3 is out of range: this encoder has 3 layers, indices 0 to 2"),
+        ([-1], ValueError, r"Layer index -1 is out of range.*indices 0 to 2"),
+        ([1, 1], ValueError, r"strictly increasing.*got \[1, 1\]"),
+        ([2, 0], ValueError, r"strictly increasing.*got \[2, 0\]"),
+        ([0, 1.5], TypeError, r"integers, got 1.5"),
+        (["0"], TypeError, r"integers, got '0'"),
+        ([True], TypeError, r"integers, got True"),
+    ],
+)
+def test_truncated_names_bad_layers(layers, error, message):
+    with pytest.raises(error, match=message):
+        three_layer_encoder().truncated(layers)
+
+
+def test_albert_with_shared_layers_cannot_be_truncated():
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture="albert"))
+    with pytest.raises(ValueError, match="shares its Transformer blocks across layers.*cannot be truncated"):
+        encoder.truncated([0])
