@@ -13,7 +13,7 @@ from kbert.presets import preset_config
 ACTIVATIONS = ("gelu", "gelu_approximate")
 # Config entries with one value per layer: `Encoder.truncated` keeps the
 # values of the layers it keeps.
-PER_LAYER_CONFIG = ()
+PER_LAYER_CONFIG = ("heads_per_layer",)
 # The layers before and after the Transformer blocks, which a truncated encoder copies.
 NON_BLOCK_LAYERS = (
     "token_embedding", "position_embedding", "segment_embedding", "embeddings_layer_norm",
@@ -371,7 +371,8 @@ class Encoder(keras.Model):
         del config["name"]  # a fresh name: the two may sit side by side in one model
         config["num_layers"] = config["num_groups"] = len(layers)
         for name in PER_LAYER_CONFIG:
-            config[name] = [config[name][i] for i in layers]
+            if config.get(name) is not None:
+                config[name] = [config[name][i] for i in layers]
         encoder = Encoder.from_config(config)
         for name in NON_BLOCK_LAYERS:
             if getattr(self, name) is not None:

@@ -375,6 +375,16 @@ def test_truncated_blocks_are_the_chosen_blocks_in_order():
     assert_all_close(teacher.transformer_layers[2].get_weights(), before, atol=0)
 
 
+def test_truncated_head_pruned_encoder_keeps_the_chosen_layers_heads():
+    teacher = kbert.Encoder(**pruned_kwargs(dropout=0.0))
+    student = teacher.truncated([1, 2])
+    assert student.heads_per_layer == [1, 3]
+    inputs = encoder_inputs()
+    embedded = teacher.embed(inputs["token_ids"], inputs["segment_ids"])
+    first = teacher.transformer_layers[1](embedded, padding_mask=inputs["padding_mask"])
+    np.testing.assert_allclose(student(inputs)["encoder_outputs"][0], first, atol=1e-6)
+
+
 def test_truncated_config_round_trips_and_keeps_the_rest_of_the_config():
     teacher = three_layer_encoder(embedding_size=8, dtype="mixed_bfloat16")
     student = teacher.truncated([1])
