@@ -42,11 +42,16 @@ class KernelMasks:
         return [pruned / size if size else 0.0 for pruned, size in zip(self.pruned, self.sizes)]
 
     def prune(self, counts):
-        """Prunes the `counts[i]` smallest weights of kernel `i` (those already pruned first)."""
+        """Prunes the `counts[i]` smallest weights of kernel `i` (those already pruned first).
+
+        The masks are applied in any case, also when they do not change.
+        """
         counts = [max(count, pruned) for count, pruned in zip(counts, self.pruned)]
         if counts != self.pruned:
             self._prune_each(tf.constant(counts, tf.int32))
             self.pruned = self._count_pruned()
+        else:
+            self.apply()  # the last optimizer step moved the pruned weights too
 
     def prune_globally(self, count):
         """Prunes the `count` smallest weights of all kernels together (those already pruned first)."""
@@ -54,6 +59,8 @@ class KernelMasks:
         if count != sum(self.pruned):
             self._prune_all(tf.constant(count, tf.int32))
             self.pruned = self._count_pruned()
+        else:
+            self.apply()
 
     def _count_pruned(self):
         return [size - int(tf.reduce_sum(mask)) for size, mask in zip(self.sizes, self.masks)]

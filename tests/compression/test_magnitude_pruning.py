@@ -157,6 +157,15 @@ def test_a_higher_target_in_either_scope(model, scope):
 
 
 @pytest.mark.parametrize("scope", ["layer", "global"])
+def test_the_target_holds_after_a_last_update_that_prunes_nothing_more(model, scope):
+    # With an update every step, the cubic schedule reaches the target's
+    # count (rounded) before its last step: that last update prunes no more
+    # weights, yet must still zero what the last optimizer step moved.
+    fit(model, epochs=3, callbacks=[kbert.MagnitudePruning(0.5, frequency=1, scope=scope)])
+    assert kbert.compression.sparsity(model)["sparsity"] == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.parametrize("scope", ["layer", "global"])
 def test_the_smallest_weights_are_the_ones_removed(model, scope):
     before = kernels(model)
     report = kbert.MagnitudePruning.prune(model, 0.6, scope=scope)
