@@ -56,6 +56,8 @@ from kbert.data.paths import data_dir  # noqa: E402
 from kbert.fine_tuning import load_split  # noqa: E402
 
 TEACHER = "all-minilm-l6-v2"
+# The rows, in table order after the teacher's (`--rows`).
+ROWS = ("random", "task", "tiny", "general", "truncated", "pruned", "heads")
 TASKS = {
     # name: (metric, class names, where the transfer set comes from)
     "sst2": ("accuracy", ["negative", "positive"]),
@@ -78,12 +80,19 @@ def parse_args():
                         help="epochs of fine-tuning during and after pruning")
     parser.add_argument("--general-minutes", type=float, default=8.0,
                         help="wall-clock budget of general (layer-wise) distillation")
+    parser.add_argument("--student-learning-rate", type=float, default=5e-4,
+                        help="peak rate of the mini and tiny students, which start untrained (the "
+                             "fine-tuning default of their width, about 1e-4, is for pretrained ones)")
     parser.add_argument("--sequence-length", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--speed-runs", type=int, default=3)
     parser.add_argument("--cache", default="benchmarks/.cache/compression",
                         help="fine-tuned teachers are kept here and reused")
     parser.add_argument("--out", default="benchmarks/results/compression.json")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS,
+                        help="the rows to run (the teacher's always is)")
+    parser.add_argument("--keep-rows-of", default=None,
+                        help="a JSON of an earlier run whose rows fill in the rows not run")
     parser.add_argument("--quick", action="store_true", help="every row on tiny budgets")
     args = parser.parse_args()
     if args.quick:
@@ -168,19 +177,19 @@ def mini_encoder(seed=1, preset="mini"):
     return kbert.Encoder.from_preset(preset, vocabulary_size=30522)
 
 
-def fine_tune(encoder, teacher, train_x, train_y, args, epochs):
+def fine_tune(encoder, teacher, train_x, train_y, args, epochs, learning_rate=None):
     """A classifier on `encoder` with the teacher's preprocessor, fine-tuned on the labelled set alone."""
     model = kbert.Classifier(encoder, preprocessor=keras.saving.deserialize_keras_object(
         keras.saving.serialize_keras_object(teacher.preprocessor)))
-    model.compile()
+    model.compile(learning_rate=learning_rate)
     start = time.time()
     model.fit(train_x, train_y, epochs=epochs, batch_size=args.batch_size, verbose=2)
     return model, (time.time() - start) / 60
 
 
-def task_distill(teacher, student, train_x, train_y, transfer_x, args):
+def task_distill(teacher, student, train_x, train_y, transfer_x, args, learning_rate=None):
     distiller = kbert.Distiller(teacher, student)
-    distiller.compile()
+    distiller.compile(learning_rate=learning_rate)
     start = time.time()
     distiller.fit(train_x, train_y, unlabeled=transfer_x or None, epochs=args.distill_epochs,
                   batch_size=args.batch_size, verbose=2)
@@ -265,14 +274,15 @@ def main():
     args = parse_args()
     results = {"cpu": platform.processor() or platform.machine(), "date": time.strftime("%Y-%m-%d"),
                "settings": {k: v for k, v in vars(args).items() if k not in ("out",)}, "tasks": {}}
+    previous = json.loads(Path(args.keep_rows_of).read_text()) if args.keep_rows_of else None
     general = None
     for task in args.tasks:
         train_x, train_y, transfer_x, eval_x, eval_y = task_data(task, args)
         rows = results["tasks"][task] = []
 
-        def record(name, model, budget):
+        def record(key, name, model, budget):
             total, non_zero = parameters(model)
-            row = {"model": name, TASKS[task][0]: score(model, task, eval_x, eval_y),
+            row = {"row": key, "model": name, TASKS[task][0]: score(model, task, eval_x, eval_y),
                    "parameters": total, "non_zero_parameters": non_zero,
                    "sentences_per_second": sentences_per_second(model, eval_x, args.speed_runs),
                    "budget": budget}
@@ -280,46 +290,61 @@ def main():
             print(json.dumps(row), flush=True)
             write_results(args.out, results)
 
+        def keep_previous(key):
+            """Rows of `--keep-rows-of` for a row not run again."""
+            old = [] if previous is None else previous["tasks"].get(task, [])
+            rows.extend(row for row in old if row.get("row") == key)
+
         teacher, teacher_budget = teacher_model(task, train_x, train_y, args)
-        record("teacher (all-MiniLM-L6-v2)", teacher, teacher_budget)
+        record("teacher", "teacher (all-MiniLM-L6-v2)", teacher, teacher_budget)
         labelled = {"examples": len(train_y), "epochs": args.student_epochs}
         distilled = {"examples": len(train_y) + len(transfer_x), "epochs": args.distill_epochs}
-
-        model, minutes = fine_tune(mini_encoder(), teacher, train_x, train_y, args, args.student_epochs)
-        record("mini random init", model, {"minutes": minutes, **labelled})
-
-        model, minutes = task_distill(teacher, mini_encoder(), train_x, train_y, transfer_x, args)
-        record("mini task-distilled", model, {"minutes": minutes, **distilled})
-
-        model, minutes = task_distill(teacher, mini_encoder(preset="tiny"), train_x, train_y, transfer_x, args)
-        record("tiny task-distilled", model, {"minutes": minutes, **distilled})
-
-        if general is None:
-            # General distillation needs no task: one student serves both tasks.
-            general = general_distill(teacher, args)
-            results["general_distillation"] = general[1]
-        for label, run in [("mini general-distilled, fine-tuned", "fine_tune"),
-                           ("mini general + task-distilled", "distill")]:
-            student = kbert.Encoder.from_config(general[0].get_config())
-            student.set_weights(general[0].get_weights())
-            if run == "fine_tune":
-                model, minutes = fine_tune(student, teacher, train_x, train_y, args, args.student_epochs)
-                budget = {"minutes": minutes, **labelled}
+        for key in ROWS:
+            if key not in args.rows:
+                keep_previous(key)
+                continue
+            if key == "random":
+                model, minutes = fine_tune(mini_encoder(), teacher, train_x, train_y, args, args.student_epochs,
+                                           args.student_learning_rate)
+                record(key, "mini random init", model, {"minutes": minutes, **labelled})
+            elif key in ("task", "tiny"):
+                preset = "mini" if key == "task" else "tiny"
+                model, minutes = task_distill(teacher, mini_encoder(preset=preset), train_x, train_y,
+                                              transfer_x, args, args.student_learning_rate)
+                record(key, f"{preset} task-distilled", model, {"minutes": minutes, **distilled})
+            elif key == "general":
+                if general is None:
+                    # General distillation needs no task: one student serves both tasks.
+                    general = general_distill(teacher, args)
+                    results["general_distillation"] = general[1]
+                for label, run in [("mini general-distilled, fine-tuned", "fine_tune"),
+                                   ("mini general + task-distilled", "distill")]:
+                    student = kbert.Encoder.from_config(general[0].get_config())
+                    student.set_weights(general[0].get_weights())
+                    if run == "fine_tune":
+                        model, minutes = fine_tune(student, teacher, train_x, train_y, args,
+                                                   args.student_epochs, args.student_learning_rate)
+                        budget = {"minutes": minutes, **labelled}
+                    else:
+                        model, minutes = task_distill(teacher, student, train_x, train_y, transfer_x, args,
+                                                      args.student_learning_rate)
+                        budget = {"minutes": minutes, **distilled}
+                    record(key, label, model, {**budget, "general_minutes": general[1]["minutes"]})
+            elif key == "truncated":
+                # From pretrained layers: the fine-tuning rate of its width.
+                model, minutes = task_distill(teacher, teacher.encoder.truncated([0, 2, 4]), train_x,
+                                              train_y, transfer_x, args)
+                record(key, "3-layer from teacher, distilled", model, {"minutes": minutes, **distilled})
+            elif key == "pruned":
+                pruning = {"examples": len(train_y), "epochs": args.prune_epochs}
+                for sparsity in (0.5, 0.8):
+                    model, minutes = prune_weights(teacher, sparsity, train_x, train_y, args)
+                    record(key, f"teacher pruned to {sparsity:.0%} weights", model,
+                           {"minutes": minutes, **pruning})
             else:
-                model, minutes = task_distill(teacher, student, train_x, train_y, transfer_x, args)
-                budget = {"minutes": minutes, **distilled}
-            record(label, model, {**budget, "general_minutes": general[1]["minutes"]})
-
-        model, minutes = task_distill(teacher, teacher.encoder.truncated([0, 2, 4]), train_x, train_y,
-                                      transfer_x, args)
-        record("3-layer from teacher, distilled", model, {"minutes": minutes, **distilled})
-
-        pruning = {"examples": len(train_y), "epochs": args.prune_epochs}
-        for sparsity in (0.5, 0.8):
-            model, minutes = prune_weights(teacher, sparsity, train_x, train_y, args)
-            record(f"teacher pruned to {sparsity:.0%} weights", model, {"minutes": minutes, **pruning})
-        model, minutes = prune_half_heads(teacher, train_x, train_y, args)
-        record("teacher, half the heads pruned", model, {"minutes": minutes, **pruning})
+                model, minutes = prune_half_heads(teacher, train_x, train_y, args)
+                record(key, "teacher, half the heads pruned", model,
+                       {"minutes": minutes, "examples": len(train_y), "epochs": args.prune_epochs})
         print_table(task, rows)
     results["complete"] = True
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")

@@ -117,7 +117,7 @@ def test_fit_predicts_once_logs_the_loss_parts_and_fits_its_schedule(teacher, tm
     assert schedule.peak_learning_rate == kbert.optimization.default_learning_rate(16)
     history = distiller.fit(TEXTS[:6], LABELS[:6], unlabeled=UNSEEN, validation_data=(TEXTS[8:12], LABELS[8:12]),
                             batch_size=4, epochs=3, verbose=0,
-                            callbacks=[keras.callbacks.TensorBoard(str(tmp_path))]).history
+                            callbacks=[kbert.callbacks.TensorBoard(str(tmp_path))]).history
     # The teacher predicted once, on the labelled, unlabelled and validation examples together.
     assert calls == [6 + 6 + 4]
     assert schedule.get_config()["total_steps"] == 9 and schedule.get_config()["start_step"] == 0
