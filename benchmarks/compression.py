@@ -50,6 +50,7 @@ import kbert  # noqa: E402  (before keras: it sets TensorFlow's switches)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from albert import _BatchClock, _StopAfter  # noqa: E402
 from pretraining import CORPUS, write_results  # noqa: E402
 
 from kbert.data.paths import data_dir  # noqa: E402
@@ -139,21 +140,6 @@ def parameters(model):
     return total, non_zero
 
 
-class StopAfter(keras.callbacks.Callback):
-    """Ends `fit` once its wall-clock budget is spent."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-
-    def on_train_begin(self, logs=None):
-        self.start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.time() - self.start > self.seconds:
-            self.model.stop_training = True
-
-
 def teacher_model(task, train_x, train_y, args):
     path = Path(args.cache) / f"{task}_teacher_{len(train_y)}x{args.teacher_epochs}.keras"
     meta = path.with_suffix(".json")
@@ -220,7 +206,7 @@ def general_distill(teacher, args):
     pretrained, _ = kbert.load_pretrained(TEACHER)
     probe = kbert.LayerwiseDistiller(pretrained, mini_encoder(seed=2), preprocessor=packer)
     probe.compile()
-    clock = BatchClock()
+    clock = _BatchClock()
     probe.fit(data, batch_size=args.batch_size, steps_per_epoch=25, callbacks=[clock], verbose=0)
     steps_per_second = 20 / (clock.times[-1] - clock.times[4])
     steps = max(int(args.general_minutes * 60 * steps_per_second), 10)
@@ -229,20 +215,11 @@ def general_distill(teacher, args):
     distiller.compile()
     start = time.time()
     history = distiller.fit(data, batch_size=args.batch_size, steps_per_epoch=steps, verbose=2,
-                            callbacks=[StopAfter(args.general_minutes * 60 * 1.1)])
+                            callbacks=[_StopAfter(args.general_minutes * 60 * 1.1)])
     minutes = (time.time() - start) / 60
     final = {key: float(values[-1]) for key, values in history.history.items()}
     return distiller.student, {"minutes": minutes, "steps": steps, "texts": len(texts),
                                "batch_size": args.batch_size, "final_losses": final}
-
-
-class BatchClock(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter())
 
 
 def prune_weights(teacher, sparsity, train_x, train_y, args):
