@@ -11,6 +11,8 @@ import json
 import os
 import time
 
+import numpy as np
+
 from kbert.atomic_files import write_atomically
 from kbert.fine_tuning import evaluate_task, load_split, recipe, take
 
@@ -82,10 +84,11 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
     keras.utils.set_random_seed(seed)
     all_x, all_y = load_split(name, info.splits[0])
     x, y = take(all_x, all_y, max_examples, seed)
-    transfer = _transfer_set(all_x, x, transfer_examples, unlabeled, seed)
+    transfer = _transfer_set(all_x, len(all_y), max_examples, transfer_examples, unlabeled, seed)
     log_dir = os.path.join(out, "tensorboard")
     encoder = student_encoder(student, teacher, seed)
-    budget = {"labelled_examples": len(y), "transfer_examples": len(transfer)}
+    transfer_count = len(transfer[0]) if isinstance(transfer, tuple) else len(transfer)
+    budget = {"labelled_examples": len(y), "transfer_examples": transfer_count}
     start = time.time()
     if general_steps:
         if not general_corpus:
@@ -97,14 +100,15 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
                              verbose, steps=general_steps)
         budget["general_texts"] = len(texts)
     if layerwise_epochs:
-        encoder = _layerwise(teacher, encoder, list(x) + list(transfer), batch_size,
+        texts = tuple(a + b for a, b in zip(x, transfer)) if isinstance(x, tuple) else list(x) + transfer
+        encoder = _layerwise(teacher, encoder, texts, batch_size,
                              os.path.join(log_dir, "layerwise"), verbose, epochs=layerwise_epochs)
     distiller = kbert.Distiller(teacher, encoder, temperature=temperature, alpha=alpha)
     distiller.compile(learning_rate=learning_rate)
     validation = take(*load_split(name, info.fit_validation_split), max_eval_examples)
     history = distiller.fit(
-        x, y, unlabeled=transfer or None, epochs=epochs, batch_size=batch_size, verbose=verbose,
-        validation_data=validation,
+        x, y, unlabeled=transfer if transfer_count else None, epochs=epochs, batch_size=batch_size,
+        verbose=verbose, validation_data=validation,
         callbacks=[kbert.callbacks.TensorBoard(log_dir=os.path.join(log_dir, "distill"), update_freq=50)],
     )
     seconds = time.time() - start
@@ -225,16 +229,21 @@ def read_text_lines(files):
     return texts
 
 
-def _transfer_set(all_x, labelled_x, count, unlabeled, seed):
-    transfer = []
-    if count:
-        taken = set(labelled_x)
-        rest = [text for text in all_x if text not in taken]
-        transfer += list(take(rest, None, count, seed + 1)[0])
-    if isinstance(unlabeled, str):
-        transfer += read_text_lines([unlabeled])
-    elif unlabeled is not None:
-        transfer += list(unlabeled)
+def _transfer_set(all_x, size, max_examples, count, unlabeled, seed):
+    """Texts (or text pairs) for the transfer set: training examples outside the labelled subset, and `unlabeled`."""
+    # The examples `take(all_x, all_y, max_examples, seed)` did not choose.
+    labelled = set(range(size)) if max_examples is None or max_examples >= size else set(
+        np.random.default_rng(seed).permutation(size)[:max_examples].tolist()
+    )
+    rest = [i for i in range(size) if i not in labelled]
+    chosen = sorted(np.random.default_rng(seed + 1).permutation(rest)[:count].tolist()) if count else []
+    pairs = isinstance(all_x, tuple)
+    transfer = tuple([part[i] for i in chosen] for part in all_x) if pairs else [all_x[i] for i in chosen]
+    if unlabeled is not None:
+        if pairs:
+            raise ValueError("--unlabeled reads one text per line: it cannot add text pairs; use "
+                             "--transfer-examples for a task of pairs.")
+        transfer += read_text_lines([unlabeled]) if isinstance(unlabeled, str) else list(unlabeled)
     return transfer
 
 
