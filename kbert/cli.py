@@ -196,8 +196,7 @@ def _train(args):
         source=args.source,
     )
     _print_metrics(result)
-    print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
-          f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
+    _print_saved(args.out)
 
 
 def _distill(args):
@@ -213,8 +212,7 @@ def _distill(args):
     )
     _print_metrics(result)
     print(f"  parameters       {result['parameters']:,} (teacher {result['teacher_parameters']:,})")
-    print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
-          f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
+    _print_saved(args.out)
 
 
 def _prune(args):
@@ -230,8 +228,11 @@ def _prune(args):
     report = result["sparsity"]
     print(f"  parameters       {result['parameters']:,} (before {result['parameters_before']:,})")
     print(f"  weight sparsity  {report['sparsity']:.4f} of the Transformer kernels")
-    print(f"Saved {args.out}/model.keras and {args.out}/metrics.json "
-          f"(TensorBoard: tensorboard --logdir {args.out}/tensorboard).")
+    _print_saved(args.out)
+
+
+def _print_saved(out):
+    print(f"Saved {out}/model.keras and {out}/metrics.json (TensorBoard: tensorboard --logdir {out}/tensorboard).")
 
 
 def _evaluate(args):
