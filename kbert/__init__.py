@@ -18,10 +18,40 @@ The pipeline, in the order data takes it:
 - `data`: readers for the canonical data sets; `metrics`: how each task is scored.
 """
 
+import importlib
+import importlib.util
+import json
 import os
 import sys
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+def _configured_backend():
+    """The Keras backend chosen for this process, or None where Keras would take its default."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as file:
+            return json.load(file).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+# Keras' backend: KERAS_BACKEND or keras.json when they name one; else
+# TensorFlow, which kbert's text side runs on anyway, or JAX, then PyTorch,
+# where TensorFlow is not installed.
+def _installed(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if _configured_backend() is None:
+    os.environ["KERAS_BACKEND"] = next(
+        (name for name in ("tensorflow", "jax", "torch") if _installed(name)), "tensorflow"
+    )
+_BACKEND = _configured_backend()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _TENSORFLOW_LOADED_FIRST = "tensorflow" in sys.modules
 if not _TENSORFLOW_LOADED_FIRST:
@@ -32,9 +62,6 @@ if not _TENSORFLOW_LOADED_FIRST:
     # (otherwise `kbert.onednn` warns, with the fix); `TF_ENABLE_ONEDNN_OPTS=0`
     # keeps it off.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-
-import importlib  # noqa: E402
-import importlib.util  # noqa: E402
 
 __version__ = "0.2.0"
 
@@ -83,6 +110,17 @@ _NAMES = {
 }
 
 
+# The modules of kbert's text side, which TensorFlow (and TF-Text) make:
+# without them, their names raise `TensorFlowMissingError`, and the rest of
+# kbert works (models, training on token ids, `.keras` files).
+_TENSORFLOW_MODULES = {
+    "kbert.serving",
+    "kbert.data.pretraining",
+    "kbert.models.fill_mask",
+    "kbert.builders",
+    *(module for module in _NAMES.values() if module.startswith("kbert.preprocessing.")),
+}
+
 _loaded = False
 
 
@@ -91,17 +129,41 @@ def _load():
 
     All at once rather than name by name, so that every kbert class is
     registered with Keras (for `keras.saving.load_model`) as soon as any of
-    them is used.
+    them is used. Without TensorFlow, the modules of the text side are left out.
     """
     global _loaded
     if not _loaded:
         _loaded = True
+        from kbert.tensorflow_support import tensorflow_installed
+
+        text_side = tensorflow_installed()
+        if text_side and _BACKEND != "tensorflow":
+            _keep_tensorflow_off_accelerators()
         for module in (*(f"kbert.{name}" for name in _SUBPACKAGES), *_NAMES.values()):
-            importlib.import_module(module)
+            if text_side or module not in _TENSORFLOW_MODULES:
+                importlib.import_module(module)
+
+
+def _keep_tensorflow_off_accelerators():
+    """On another backend, TensorFlow only preprocesses: it must not take the GPUs' memory."""
+    import tensorflow as tf
+
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:  # TensorFlow had started on its devices already
+        pass
+
+
+def _needs_tensorflow(name, module):
+    from kbert.tensorflow_support import TensorFlowMissingError, missing_message, tensorflow_installed
+
+    if module in _TENSORFLOW_MODULES and not tensorflow_installed():
+        raise TensorFlowMissingError(missing_message(f"kbert.{name}"))
 
 
 def __getattr__(name):
     if name in _NAMES:
+        _needs_tensorflow(name, _NAMES[name])
         value = getattr(importlib.import_module(_NAMES[name]), name)
         _load()
     elif name in _SUBPACKAGES:
@@ -110,6 +172,7 @@ def __getattr__(name):
     elif not name.startswith("_") and importlib.util.find_spec(f"kbert.{name}") is not None:
         # Any other module (kbert.serving, kbert.cli, ...): only itself, so
         # `from kbert import cli` stays light.
+        _needs_tensorflow(name, f"kbert.{name}")
         value = importlib.import_module(f"kbert.{name}")
     else:
         raise AttributeError(f"module 'kbert' has no attribute {name!r}")
@@ -181,7 +244,7 @@ __all__ = [
 
 if not _is_the_kbert_command():
     _load()
-    if _TENSORFLOW_LOADED_FIRST:
+    if _TENSORFLOW_LOADED_FIRST and _BACKEND == "tensorflow":
         from kbert.onednn import warn_if_onednn_off
 
         warn_if_onednn_off()

@@ -161,10 +161,24 @@ def _accepts(address):
         return False
 
 
+def on_tensorflow():
+    """Whether Keras runs on TensorFlow, the backend of `tf.distribute` (JAX has `keras.distribution`)."""
+    import keras
+
+    return keras.config.backend() == "tensorflow"
+
+
+def model_strategy(model):
+    """The `tf.distribute` strategy `model` trains under; None on another backend."""
+    return getattr(model, "distribute_strategy", None) if on_tensorflow() else None
+
+
 def is_multi_worker(strategy=None):
-    """Whether `strategy` (default: the current one) trains on several workers."""
+    """Whether `strategy` (default: the current one) trains on several workers; never off TensorFlow."""
+    if not on_tensorflow():
+        return False
     import tensorflow as tf
-    
+
     strategy = strategy or tf.distribute.get_strategy()
     extended = getattr(strategy, "extended", None)
     return bool(getattr(extended, "_in_multi_worker_mode", lambda: False)())
@@ -172,11 +186,11 @@ def is_multi_worker(strategy=None):
 
 def worker_role(strategy=None):
     """`(task_type, task_index, is_chief)` of this process; `("worker", 0, True)` alone."""
-    import tensorflow as tf
-    
-    strategy = strategy or tf.distribute.get_strategy()
     if not is_multi_worker(strategy):
         return "worker", 0, True
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
     resolver = strategy.cluster_resolver
     task_type, task_index = resolver.task_type, int(resolver.task_id)
     has_chief = bool(resolver.cluster_spec().as_dict().get("chief"))
@@ -223,24 +237,25 @@ def write_on_chief(path, write, strategy=None):
 def agreed_seed(strategy=None):
     """A random seed, the same on every worker: the chief's."""
     import numpy as np
-    import tensorflow as tf
-    
-    strategy = strategy or tf.distribute.get_strategy()
+
     # NumPy's generator: reproducible after `keras.utils.set_random_seed`.
     seed = int(np.random.randint(2**31 - 1))
     if not is_multi_worker(strategy):
         return seed
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
     mine = tf.constant(seed if is_chief(strategy) else 0, tf.int64)
     return int(strategy.reduce("SUM", strategy.run(lambda: mine), axis=None))
 
 
 def all_workers(value, strategy=None):
     """The integer `value` of every replica (one per replica, in replica order), gathered everywhere."""
-    import tensorflow as tf
-    
-    strategy = strategy or tf.distribute.get_strategy()
     if not is_multi_worker(strategy):
         return [int(value)]
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
     mine = tf.constant([int(value)], tf.int64)
     return [int(v) for v in strategy.gather(strategy.run(lambda: mine), axis=0).numpy()]
 
@@ -282,13 +297,13 @@ class MultiWorkerFit:
 
     def fit(self, *args, **kwargs):
         optimizer = getattr(self, "optimizer", None)
-        if getattr(optimizer, "gradient_accumulation_steps", None) and self._distribute_strategy:
+        if getattr(optimizer, "gradient_accumulation_steps", None) and getattr(self, "_distribute_strategy", None):
             raise ValueError(
                 "Keras cannot accumulate gradients under a tf.distribute strategy (its update makes "
                 "a cross-replica call inside a conditional, which TensorFlow refuses); compile "
                 "without gradient_accumulation_steps, or train outside the strategy's scope."
             )
-        if not is_multi_worker(self.distribute_strategy):
+        if not is_multi_worker(model_strategy(self)):
             return super().fit(*args, **kwargs)
         # Inside the scope, callbacks know this process' role (`is_chief()`).
         with self.distribute_strategy.scope():
@@ -297,7 +312,7 @@ class MultiWorkerFit:
     def predict_on_batch(self, x):
         import keras
 
-        if not is_multi_worker(self.distribute_strategy):
+        if not is_multi_worker(model_strategy(self)):
             return super().predict_on_batch(x)
         # Keras would give the whole batch to every replica and gather the copies.
         # A batch given by hand is this worker's own: it predicts it alone.
@@ -306,7 +321,7 @@ class MultiWorkerFit:
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         import keras
 
-        if iterator is None or not is_multi_worker(self.distribute_strategy):
+        if iterator is None or not is_multi_worker(model_strategy(self)):
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
         for _, _, batches in iterator:
             local = self.distribute_strategy.experimental_local_results
@@ -314,18 +329,19 @@ class MultiWorkerFit:
             break
         return super()._maybe_symbolic_build(data_batch=data_batch)
 
-    def train_step(self, data):
-        return self._logs_per_replica(super().train_step(data))
+    # `*args`: the steps take `(state, data)` on JAX, where results pass through.
+    def train_step(self, *args):
+        return self._logs_per_replica(super().train_step(*args))
 
-    def test_step(self, data):
-        return self._logs_per_replica(super().test_step(data))
+    def test_step(self, *args):
+        return self._logs_per_replica(super().test_step(*args))
 
     def _logs_per_replica(self, logs):
+        if not is_multi_worker(model_strategy(self)):
+            return logs
         import keras
         import tensorflow as tf
 
-        if not is_multi_worker(self.distribute_strategy):
-            return logs
         return keras.tree.map_structure(
             lambda value: tf.reshape(value, [1]) if value.shape.rank == 0 else value, logs
         )

@@ -1,7 +1,9 @@
 """BERT's fine-tuning optimiser: AdamW with linear warm-up, then linear decay."""
 
 import keras
-import tensorflow as tf
+from keras import ops
+
+from kbert.backend import AdamW
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -16,6 +18,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     window counts updates: the rate of an update is that of the same update
     made from one large batch.
 
+    The window lives in three variables (`variables`), so a new window takes
+    effect without compiling the training step again; `start_schedule_window`
+    makes them part of the optimizer's state, which is how a compiled JAX
+    step sees them change.
+
     Args:
         peak_learning_rate: the learning rate at the end of the warm-up.
         total_steps: steps in the window; `None` keeps the peak after warm-up.
@@ -26,11 +33,16 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                  steps_per_update=1):
         self.peak_learning_rate = float(peak_learning_rate)
         self.warmup_fraction = float(warmup_fraction)
-        # Variables, so a new window takes effect without retracing `fit`.
-        self._start = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self._total = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self._per_update = tf.Variable(1, dtype=tf.int64, trainable=False)
+        with keras.name_scope("warmup_linear_decay"):
+            self._start = _window_variable("start")
+            self._total = _window_variable("total")
+            self._per_update = _window_variable("per_update", 1)
         self.set_window(start_step, total_steps, steps_per_update)
+
+    @property
+    def variables(self):
+        """The window: its first step, its length in updates (-1: none) and batches per update."""
+        return [self._start, self._total, self._per_update]
 
     def set_window(self, start_step, total_steps, steps_per_update=1):
         """Starts a warm-up/decay cycle of `total_steps` batches at batch `start_step`.
@@ -44,28 +56,52 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         self._total.assign(-1 if total_steps is None else max(-(-int(total_steps) // per_update), 1))
 
     def __call__(self, step):
-        step = (tf.cast(step, tf.int64) - self._start.read_value()) // self._per_update.read_value()
-        step = tf.cast(step, tf.float32)
-        total = tf.cast(self._total.read_value(), tf.float32)
+        step = ops.floor_divide(ops.cast(step, "int32") - self._start.value, self._per_update.value)
+        step = ops.cast(step, "float32")
+        total = ops.cast(self._total.value, "float32")
         constant = total < 0
-        total = tf.where(constant, 1.0, total)
-        warmup = tf.where(constant, 0.0, tf.math.ceil(total * self.warmup_fraction))
-        rise = (step + 1.0) / tf.maximum(warmup, 1.0)
-        fall = (total - step) / tf.maximum(total - warmup, 1.0)
-        fraction = tf.where(step < warmup, rise, tf.where(constant, 1.0, fall))
-        return self.peak_learning_rate * tf.clip_by_value(fraction, 0.0, 1.0)
+        total = ops.where(constant, 1.0, total)
+        warmup = ops.where(constant, 0.0, ops.ceil(total * self.warmup_fraction))
+        rise = (step + 1.0) / ops.maximum(warmup, 1.0)
+        fall = (total - step) / ops.maximum(total - warmup, 1.0)
+        fraction = ops.where(step < warmup, rise, ops.where(constant, 1.0, fall))
+        return self.peak_learning_rate * ops.clip(fraction, 0.0, 1.0)
 
     def get_config(self):
-        total, per_update = int(self._total.numpy()), int(self._per_update.numpy())
+        start, total, per_update = (int(ops.convert_to_numpy(v.value)) for v in self.variables)
         config = {
             "peak_learning_rate": self.peak_learning_rate,
             "total_steps": None if total < 0 else total * per_update,
             "warmup_fraction": self.warmup_fraction,
-            "start_step": int(self._start.numpy()),
+            "start_step": start,
         }
         if per_update > 1:
             config["steps_per_update"] = per_update
         return config
+
+
+def _window_variable(name, value=0):
+    # int32 on every backend (JAX has no int64 by default): 2 ** 31 steps.
+    return keras.Variable(value, dtype="int32", trainable=False, name=name,
+                          aggregation="only_first_replica")
+
+
+def track_schedule(optimizer):
+    """Makes the window of the optimizer's `WarmupLinearDecay` part of its state (`optimizer.variables`).
+
+    A compiled JAX step reads the optimizer's variables as inputs, so a
+    window moved by `set_window` reaches it; a variable read from outside
+    would be fixed into the step when it compiles. Returns the schedule, or
+    None when the learning rate is not a `WarmupLinearDecay`.
+    """
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if not isinstance(schedule, WarmupLinearDecay):
+        return None
+    tracked = {id(variable) for variable in optimizer.variables}
+    for variable in schedule.variables:
+        if id(variable) not in tracked:
+            optimizer._track_variable(variable)
+    return schedule
 
 
 def start_schedule_window(optimizer, start_step, total_steps):
@@ -73,8 +109,8 @@ def start_schedule_window(optimizer, start_step, total_steps):
 
     Other learning rates (a float, another schedule) are left as they are.
     """
-    schedule = getattr(optimizer, "_learning_rate", None)
-    if isinstance(schedule, WarmupLinearDecay):
+    schedule = track_schedule(optimizer)
+    if schedule is not None:
         schedule.set_window(start_step, total_steps, optimizer.gradient_accumulation_steps)
 
 
@@ -86,12 +122,18 @@ def batches_trained(optimizer):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class BertAdamW(keras.optimizers.AdamW):
+class BertAdamW(AdamW):
     """AdamW as BERT fine-tunes: no weight decay on biases and LayerNorm.
 
     A class of its own so the exclusions survive `.keras` save and load.
     Defaults: weight decay 0.01, epsilon 1e-6, gradients clipped to global
-    norm 1.0.
+    norm 1.0. Its update is the backend's fastest form of keras' AdamW
+    (`kbert.backend.AdamW`): the same formula on every backend.
+
+    A `WarmupLinearDecay` learning rate's window is part of the optimizer's
+    variables (`track_schedule`) but not of what it saves: the schedule's
+    config carries it, and files saved before it was a variable load as
+    they are.
     """
 
     def __init__(self, learning_rate=5e-5, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0,
@@ -99,30 +141,23 @@ class BertAdamW(keras.optimizers.AdamW):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, epsilon=epsilon,
                          global_clipnorm=global_clipnorm, **kwargs)
         self.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        track_schedule(self)
 
-    def update_step(self, gradient, variable, learning_rate):
-        # TensorFlow's Adam kernel updates both moments and the weights in one
-        # pass over memory, where keras' update is eleven element-wise ops, a
-        # pass each (a whole BERT-base update: 0.25 s against 0.36 s on 2
-        # cores). The same formula; keras' own update remains for AMSGrad and
-        # under a distribution strategy (mirrored moments).
-        if self.amsgrad or tf.distribute.has_strategy() or not hasattr(variable, "handle"):
-            return super().update_step(gradient, variable, learning_rate)
-        dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle,
-            m=self._momentums[index].value.handle,
-            v=self._velocities[index].value.handle,
-            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
-            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=tf.cast(self.beta_1, dtype),
-            beta2=tf.cast(self.beta_2, dtype),
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(tf.convert_to_tensor(gradient), dtype),
-        )
+    def _saved_variables(self):
+        schedule = getattr(self._learning_rate, "variables", [])
+        return [v for v in self.variables if not any(v is w for w in schedule)]
+
+    def save_own_variables(self, store):
+        for i, variable in enumerate(self._saved_variables()):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store):
+        variables = self._saved_variables()
+        if len(store.keys()) != len(variables):
+            # keras' own message and behaviour: the state is not loaded.
+            return super().load_own_variables(store)
+        for i, variable in enumerate(variables):
+            variable.assign(store[str(i)])
 
 
 def bert_adamw(learning_rate, weight_decay=0.01, gradient_accumulation_steps=None):

@@ -7,7 +7,7 @@ import re
 import keras
 
 from kbert.atomic_files import remove_temporary_files, write_atomically
-from kbert.distribute import all_workers, is_chief, remove_worker_directory, worker_directory
+from kbert.distribute import all_workers, is_chief, model_strategy, remove_worker_directory, worker_directory
 from kbert.optimization import batches_trained
 
 # `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the
@@ -136,9 +136,9 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None):
         self._epoch_begun = False
-        self._write_dir = worker_directory(self.backup_dir, self.model.distribute_strategy)
+        self._write_dir = worker_directory(self.backup_dir, model_strategy(self.model))
         position = self.peek()
-        found = all_workers(-1 if position is None else position["step"], self.model.distribute_strategy)
+        found = all_workers(-1 if position is None else position["step"], model_strategy(self.model))
         if len(set(found)) > 1:
             steps = ", ".join("none" if step < 0 else f"step {step}" for step in found)
             raise ValueError(f"The workers find different backups in {self.backup_dir} ({steps}, "
@@ -188,7 +188,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._back_up(epoch=epoch + 1, batches_done=0)
 
     def on_train_end(self, logs=None):
-        if is_chief(self.model.distribute_strategy):
+        if is_chief(model_strategy(self.model)):
             super().on_train_end(logs)
         remove_worker_directory(self._write_dir, self.backup_dir)
         # Keras reads `_initial_epoch` in every later `fit` but never clears it:

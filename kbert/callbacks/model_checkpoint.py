@@ -7,7 +7,7 @@ import string
 import keras
 
 from kbert.atomic_files import TEMPORARY_PREFIX, remove_temporary_files
-from kbert.distribute import is_chief, write_on_chief
+from kbert.distribute import is_chief, model_strategy, write_on_chief
 
 
 class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -59,7 +59,7 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
         filepath = self._get_file_path(epoch, batch, logs)
         if not self._should_save_model(epoch, batch, logs, filepath):
             return
-        strategy = self.model.distribute_strategy
+        strategy = model_strategy(self.model)
         if self.save_weights_only:
             write_on_chief(filepath, lambda path: self.model.save_weights(path, overwrite=True), strategy)
         else:

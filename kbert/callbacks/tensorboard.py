@@ -2,7 +2,7 @@
 
 import keras
 
-from kbert.distribute import remove_worker_directory, worker_directory
+from kbert.distribute import model_strategy, remove_worker_directory, worker_directory
 from kbert.optimization import batches_trained
 
 
@@ -50,7 +50,7 @@ class TensorBoard(keras.callbacks.TensorBoard):
         # Keras writes under `log_dir` from here on (the model's summary first).
         # (Keras calls this again for validation: the same directory then.)
         if getattr(self, "_write_dir", None) is None:
-            self._write_dir = worker_directory(self.log_dir, model.distribute_strategy)
+            self._write_dir = worker_directory(self.log_dir, model_strategy(model))
         log_dir, self.log_dir = self.log_dir, self._write_dir
         try:
             super().set_model(model)

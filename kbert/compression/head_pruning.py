@@ -20,9 +20,9 @@ import numbers
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from kbert.data.input_pipeline import task_dataset
+from kbert.backend import gradient_function
 from kbert.models.encoder import Encoder
 
 # The attention layer's projections whose kernel and bias have a head axis,
@@ -85,29 +85,25 @@ def head_importance(model, x, y=None, batch_size=None, normalize=True):
         raise ValueError("`head_importance` needs the model's loss: compile the model with one.")
     kernels = [_attention(block)._output_dense.kernel for block in encoder.transformer_layers]
 
-    @tf.function(reduce_retracing=True)
-    def head_gradients(features, targets, sample_weight):
-        with tf.GradientTape() as tape:
-            predictions = model(features, training=False)
-            loss = model.compute_loss(
-                x=features, y=targets, y_pred=predictions, sample_weight=sample_weight, training=False
-            )
-        gradients = tape.gradient(loss, kernels)
-        # dL/dxi_h = sum over head h's slice of dL/dW_o * W_o (see the docstring).
-        return [
-            tf.reduce_sum(tf.cast(gradient, "float32") * tf.cast(kernel, "float32"), axis=[1, 2])
-            for gradient, kernel in zip(gradients, kernels)
-        ]
+    def loss(features, targets, sample_weight):
+        predictions = model(features, training=False)
+        return model.compute_loss(
+            x=features, y=targets, y_pred=predictions, sample_weight=sample_weight, training=False
+        )
 
+    kernel_gradients = gradient_function(loss, kernels)
     importance = np.full((encoder.num_layers, encoder.num_heads), np.nan)
     totals = [np.zeros(int(kernel.shape[0])) for kernel in kernels]
     batches = 0
-    for batch in task_dataset(model.preprocessor, x, y, batch_size=batch_size):
+    for batch in _batches(model, x, y, batch_size):
         features, targets, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
         if targets is None:
             raise ValueError("`head_importance` needs targets: give `y`, or a dataset of (inputs, targets).")
-        for total, gradient in zip(totals, head_gradients(features, targets, sample_weight)):
-            total += np.abs(gradient.numpy())
+        gradients = kernel_gradients(features, targets, sample_weight)
+        for total, gradient, kernel in zip(totals, gradients, kernels):
+            # dL/dxi_h = sum over head h's slice of dL/dW_o * W_o (see the docstring).
+            head = ops.sum(ops.cast(gradient, "float32") * ops.cast(kernel.value, "float32"), axis=[1, 2])
+            total += np.abs(ops.convert_to_numpy(head))
         batches += 1
     if not batches:
         raise ValueError("`head_importance` got no examples.")
@@ -301,12 +297,28 @@ def mask_heads(model, heads):
 
 def _task_encoder(model):
     encoder = getattr(model, "encoder", None)
-    if not isinstance(encoder, Encoder) or getattr(model, "preprocessor", None) is None:
+    if not isinstance(encoder, Encoder) or not hasattr(model, "preprocessor"):
         raise TypeError(
             f"Expected a kbert task model (a model with an `encoder` and a `preprocessor`), got "
             f"{type(model).__name__}."
         )
     return encoder
+
+
+def _batches(model, x, y, batch_size):
+    """Batches of `(features, targets[, sample_weight])`: token ids as they are, other inputs through the task's pipeline."""
+    from kbert.models.task_model import KERAS_DEFAULT_BATCH_SIZE, is_token_ids
+
+    if not is_token_ids(x):
+        return model._task_dataset(x, y, batch_size=batch_size)
+    if not isinstance(x, dict):
+        return x  # batches already
+    size = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    count = len(next(iter(x.values())))
+    return [
+        keras.tree.map_structure(lambda value: value[start : start + size], (x, y))
+        for start in range(0, count, size)
+    ]
 
 
 def _check_unshared(encoder):

@@ -2,7 +2,7 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from kbert.compression.sparsity import find_encoder, prunable_kernels
 
@@ -11,22 +11,15 @@ class KernelMasks:
     """The prunable kernels of a model's encoder and their masks (1 kept, 0 pruned).
 
     The masks start as the kernels' non-zero weights: the zeros of a pruned
-    model are its mask, wherever it was saved or loaded. They are TensorFlow
-    variables held here, beside the model (not in it), so that applying them
-    after every batch is one graph call, without NumPy round trips.
+    model are its mask, wherever it was saved or loaded. They are tensors of
+    the backend, held here beside the model (not in it, so not saved), and
+    `apply` multiplies each kernel by its mask where the kernel lives.
     """
 
     def __init__(self, model):
         self.kernels = [kernel for _, _, kernel in prunable_kernels(find_encoder(model))]
         self.sizes = [int(np.prod(kernel.shape)) for kernel in self.kernels]
-        with model.distribute_strategy.scope():
-            self.masks = [
-                tf.Variable(tf.cast(tf.not_equal(_read(kernel), 0), kernel.dtype), trainable=False)
-                for kernel in self.kernels
-            ]
-        self.apply = tf.function(self._apply)
-        self._prune_each = tf.function(self._prune_each_kernel)
-        self._prune_all = tf.function(self._prune_all_kernels)
+        self.masks = [ops.cast(ops.not_equal(kernel.value, 0), kernel.dtype) for kernel in self.kernels]
         self.pruned = self._count_pruned()
 
     @property
@@ -48,56 +41,46 @@ class KernelMasks:
         """
         counts = [max(count, pruned) for count, pruned in zip(counts, self.pruned)]
         if counts != self.pruned:
-            self._prune_each(tf.constant(counts, tf.int32))
+            for i, (kernel, mask) in enumerate(zip(self.kernels, self.masks)):
+                keep = _keep_mask(_scores(kernel, mask), counts[i])
+                self.masks[i] = ops.reshape(keep, ops.shape(mask))
             self.pruned = self._count_pruned()
-        else:
-            self.apply()  # the last optimizer step moved the pruned weights too
+        self.apply()  # the last optimizer step moved the pruned weights too
 
     def prune_globally(self, count):
         """Prunes the `count` smallest weights of all kernels together (those already pruned first)."""
         count = max(count, sum(self.pruned))
         if count != sum(self.pruned):
-            self._prune_all(tf.constant(count, tf.int32))
+            scores = ops.concatenate([_scores(kernel, mask) for kernel, mask in zip(self.kernels, self.masks)], 0)
+            keep = _keep_mask(scores, count)
+            parts = ops.split(keep, np.cumsum(self.sizes)[:-1].tolist())
+            self.masks = [ops.reshape(part, ops.shape(mask)) for part, mask in zip(parts, self.masks)]
             self.pruned = self._count_pruned()
-        else:
-            self.apply()
+        self.apply()
+
+    def apply(self):
+        """Sets every pruned weight to 0."""
+        for kernel, mask in zip(self.kernels, self.masks):
+            kernel.assign(kernel.value * mask)
 
     def _count_pruned(self):
-        return [size - int(tf.reduce_sum(mask)) for size, mask in zip(self.sizes, self.masks)]
-
-    def _apply(self):
-        for kernel, mask in zip(self.kernels, self.masks):
-            kernel.assign(_read(kernel) * mask)
-
-    def _scores(self, kernel, mask):
-        # Magnitudes, with the pruned weights below every kept one.
-        magnitude = tf.reshape(tf.abs(_read(kernel)), [-1])
-        return tf.where(tf.reshape(mask, [-1]) > 0, magnitude, -tf.ones_like(magnitude))
-
-    @staticmethod
-    def _keep_mask(scores, count):
-        _, smallest = tf.math.top_k(-scores, count)
-        return tf.tensor_scatter_nd_update(
-            tf.ones_like(scores), smallest[:, None], tf.zeros(tf.shape(smallest), scores.dtype)
-        )
-
-    def _prune_each_kernel(self, counts):
-        for i, (kernel, mask) in enumerate(zip(self.kernels, self.masks)):
-            keep = self._keep_mask(self._scores(kernel, mask), counts[i])
-            mask.assign(tf.reshape(keep, tf.shape(mask)))
-        self._apply()
-
-    def _prune_all_kernels(self, count):
-        scores = tf.concat([self._scores(kernel, mask) for kernel, mask in zip(self.kernels, self.masks)], 0)
-        keep = self._keep_mask(scores, count)
-        for mask, part in zip(self.masks, tf.split(keep, self.sizes)):
-            mask.assign(tf.reshape(part, tf.shape(mask)))
-        self._apply()
+        return [size - int(ops.convert_to_numpy(ops.sum(mask))) for size, mask in zip(self.sizes, self.masks)]
 
 
-def _read(variable):
-    # The variable's own value (float32 under mixed precision too).
-    return tf.convert_to_tensor(variable.value)
+def _scores(kernel, mask):
+    # Magnitudes (of the variable's own float32 value under mixed precision
+    # too), with the pruned weights below every kept one.
+    magnitude = ops.reshape(ops.abs(kernel.value), [-1])
+    return ops.where(ops.reshape(mask, [-1]) > 0, magnitude, -ops.ones_like(magnitude))
+
+
+def _keep_mask(scores, count):
+    """1 for each score but the `count` smallest, which get 0."""
+    keep = ops.ones_like(scores)
+    if count == 0:
+        return keep
+    _, smallest = ops.top_k(-scores, count)
+    return ops.scatter_update(keep, ops.expand_dims(smallest, -1), ops.zeros((count,), scores.dtype))
 
 
 class KeepSparsity(keras.callbacks.Callback):
@@ -128,8 +111,18 @@ class KeepSparsity(keras.callbacks.Callback):
         """Called once the masks are read, before the first batch of a `fit`."""
 
     def on_train_batch_end(self, batch, logs=None):
-        self.masks.apply()
+        self.synced_masks().apply()
         self._log(logs)
+
+    def synced_masks(self):
+        """The masks, after the model's variables hold the weights of the last step.
+
+        On JAX, `fit` keeps the weights out of the model's variables during
+        an epoch; a callback's `model` puts them back (and its later steps
+        then read what the masks left).
+        """
+        self.model  # noqa: B018 (read for its side effect on JAX)
+        return self.masks
 
     def on_epoch_end(self, epoch, logs=None):
         self._log(logs)

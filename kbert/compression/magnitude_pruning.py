@@ -178,13 +178,14 @@ class MagnitudePruning(KeepSparsity):
     def on_train_batch_end(self, batch, logs=None):
         self._step = self._epoch_start + batch + 1
         update = self._update_step(self._step)
+        masks = self.synced_masks()
         if update is not None and update != self._last_update:
             self._last_update = update
             self._prune_to(lambda initial: sparsity_at_step(
                 update, self.target_sparsity, self.begin_step, self._end, initial
             ))
         else:
-            self.masks.apply()
+            masks.apply()
         self._log(logs)
 
     def on_train_end(self, logs=None):

@@ -1,6 +1,7 @@
 """How sparse an encoder's prunable kernels are: `sparsity(model)` and a readable table of it."""
 
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 # The dense kernels of a Transformer block that magnitude pruning thins out,
 # by name, with where keras-hub's `TransformerEncoder` keeps them.
@@ -52,8 +53,8 @@ def prunable_kernels(encoder):
 
 def _counts(variable):
     """`(nonzero, total)` weights of a variable."""
-    value = tf.convert_to_tensor(variable)
-    return int(tf.math.count_nonzero(value)), int(tf.size(value))
+    value = ops.convert_to_numpy(variable.value)
+    return int(np.count_nonzero(value)), int(value.size)
 
 
 def _entry(nonzero, total):

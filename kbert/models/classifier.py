@@ -2,13 +2,17 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from kbert.data.input_pipeline import task_dataset
 from kbert.metrics.classification import classification_report
-from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
-from kbert.preprocessing.classifier_preprocessor import ClassifierPreprocessor
-from kbert.preprocessing.task_preprocessor import is_pair_spec
+from kbert.models.task_model import (
+    TaskModel,
+    deprecated,
+    encoder_and_preprocessor,
+    head_setting,
+    is_token_ids,
+    output_head,
+)
+from kbert.tensorflow_support import is_tf_dataset
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -45,7 +49,8 @@ class Classifier(TaskModel):
             `kbert.ClassifierPreprocessor`, which holds it).
         preprocessor: a `kbert.ClassifierPreprocessor`, or a
             `kbert.Preprocessor` whose tokenizer matches the encoder's
-            vocabulary (wrapped into one).
+            vocabulary (wrapped into one), or None for a model of token ids
+            alone (`num_classes` is then required).
         dropout: dropout before the output layer.
         class_names: optional names of the classes, in id order.
         text_pairs: whether the model reads text pairs; default: what it is
@@ -65,15 +70,16 @@ class Classifier(TaskModel):
     def __init__(self, encoder, num_classes=None, preprocessor=None, dropout=0.1, class_names=None,
                  text_pairs=None, **kwargs):
         encoder, preprocessor = encoder_and_preprocessor(
-            encoder, preprocessor, ClassifierPreprocessor,
+            encoder, preprocessor, _classifier_preprocessor,
             num_classes=num_classes, class_names=class_names, text_pairs=text_pairs,
         )
+        num_classes = head_setting(preprocessor, "num_classes", num_classes)
+        if preprocessor is None and class_names is not None and len(class_names) != num_classes:
+            raise ValueError(f"Got {len(class_names)} class names for {num_classes} classes.")
 
         # === Layers ===
         self.encoder = encoder
-        self.output_dropout, self.output_dense = output_head(
-            encoder, preprocessor.num_classes, "logits", dropout=dropout
-        )
+        self.output_dropout, self.output_dense = output_head(encoder, num_classes, "logits", dropout=dropout)
 
         # === Functional model ===
         inputs = encoder.input
@@ -83,15 +89,17 @@ class Classifier(TaskModel):
 
         # === Config ===
         self.dropout = dropout
+        self._num_classes = num_classes
+        self._class_names = None if class_names is None else list(class_names)
         self.compile()
 
     @property
     def num_classes(self):
-        return self.preprocessor.num_classes
+        return self._num_classes if self.preprocessor is None else self.preprocessor.num_classes
 
     @property
     def class_names(self):
-        return self.preprocessor.class_names
+        return self._class_names if self.preprocessor is None else self.preprocessor.class_names
 
     def fit(self, x=None, y=None, *args, class_weight=None, **kwargs):
         """`TaskModel.fit`, with `class_weight` a dict `{class: weight}` or `"balanced"`.
@@ -113,10 +121,10 @@ class Classifier(TaskModel):
                 raise ValueError(
                     f"`class_weight` must be a dict {{class: weight}} or 'balanced', got {class_weight!r}."
                 )
-            labels = _dataset_labels(x) if isinstance(x, tf.data.Dataset) else y
+            labels = _dataset_labels(x) if is_tf_dataset(x) else y
             if labels is None:
                 raise ValueError("`class_weight='balanced'` needs the training labels `y`.")
-            labels = self.preprocessor.check_targets(labels)
+            labels = self._check_labels(labels)
             return balanced_class_weight(labels, self.num_classes, self.class_names)
         if not isinstance(class_weight, dict):
             raise TypeError(
@@ -160,27 +168,50 @@ class Classifier(TaskModel):
         name; default 1) is the class whose precision, recall and F1 are
         reported at the top level.
         """
-        if y is None and not isinstance(x, tf.data.Dataset):
+        if y is None and not is_tf_dataset(x):
             raise ValueError("`evaluate_report` needs the true labels: evaluate_report(texts, labels).")
+        if is_token_ids(x):
+            predictions = self.predict(x, batch_size=batch_size, verbose=0).argmax(axis=-1)
+            return self._report(y, predictions, positive_class)
         labels, predictions = [], []
-        for batch in task_dataset(self.preprocessor, x, y, batch_size=batch_size):
+        for batch in self._task_dataset(x, y, batch_size=batch_size):
             if not isinstance(batch, tuple) or len(batch) < 2:
                 raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
             features, batch_labels = batch[0], batch[1]
             predictions.append(np.asarray(self.predict_on_batch(features)).argmax(axis=-1))
             labels.append(np.reshape(batch_labels, [-1]))
+        return self._report(np.concatenate(labels), np.concatenate(predictions), positive_class)
+
+    def _report(self, labels, predictions, positive_class):
         return classification_report(
-            self.preprocessor.check_targets(np.concatenate(labels)),
-            np.concatenate(predictions),
+            self._check_labels(labels),
+            predictions,
             num_classes=self.num_classes,
             class_names=self.class_names,
             positive_class=positive_class,
         )
 
+    def _check_labels(self, labels):
+        """Class ids of `labels` (names or ids), checked by the preprocessor where there is one."""
+        if self.preprocessor is not None:
+            return self.preprocessor.check_targets(labels)
+        labels = np.asarray(labels).reshape(-1)
+        if labels.dtype.kind not in "iub":
+            raise ValueError(f"Labels must be integer class ids for a model without a preprocessor, got {labels.dtype}.")
+        return labels.astype("int32")
+
     def get_config(self):
         config = super().get_config()
         config["dropout"] = self.dropout
+        if self.preprocessor is None:  # else the preprocessor holds them
+            config.update(num_classes=self.num_classes, class_names=self.class_names)
         return config
+
+
+def _classifier_preprocessor():
+    from kbert.preprocessing.classifier_preprocessor import ClassifierPreprocessor
+
+    return ClassifierPreprocessor
 
 
 def balanced_class_weight(labels, num_classes, class_names=None):
@@ -213,6 +244,10 @@ def balanced_class_weight(labels, num_classes, class_names=None):
 
 def _dataset_labels(dataset):
     """All labels of a finite `tf.data.Dataset` of `(features, labels)`, batched or not."""
+    import tensorflow as tf
+
+    from kbert.preprocessing.task_preprocessor import is_pair_spec
+
     if int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
         raise ValueError(
             "`class_weight='balanced'` cannot count the labels of an infinite dataset; "

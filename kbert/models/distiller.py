@@ -4,18 +4,15 @@ import numbers
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from kbert.compression.distillation_loss import distillation_loss
-from kbert.data.input_pipeline import examples_dataset
-from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker
+from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
 from kbert.models.classifier import Classifier
 from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
 from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
-from kbert.preprocessing.preprocessor import split_segments
-from kbert.preprocessing.task_preprocessor import make_examples
+from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
 
 # The task models whose outputs are one logit per class: what a student can match.
 TEACHER_CLASSES = (Classifier, MultipleChoice)
@@ -218,7 +215,7 @@ class Distiller(MultiWorkerFit, keras.Model):
                 lengths together.
             **kwargs: other arguments of `keras.Model.fit` (callbacks, ...).
         """
-        if isinstance(x, tf.data.Dataset) or isinstance(unlabeled, tf.data.Dataset):
+        if is_tf_dataset(x) or is_tf_dataset(unlabeled):
             raise TypeError(
                 "Distiller.fit takes raw inputs (texts, text pairs, ...), not a tf.data.Dataset: it "
                 "keeps the teacher's logits of every example for all epochs."
@@ -235,8 +232,11 @@ class Distiller(MultiWorkerFit, keras.Model):
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError("`validation_data` must be (inputs, labels).")
             validation = [tuple(validation_data)]
+        require_tensorflow("Distillation on raw inputs")
+        from kbert.data.input_pipeline import examples_dataset
+
         examples = self.teacher_examples([training, validation], batch_size, verbose)
-        strategy = self.distribute_strategy
+        strategy = model_strategy(self)
         seed = agreed_seed(strategy) if shuffle and is_multi_worker(strategy) else None
         dataset = examples_dataset(self.student.preprocessor, examples[0], batch_size, shuffle=shuffle,
                                    seed=seed)
@@ -258,12 +258,15 @@ class Distiller(MultiWorkerFit, keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", **kwargs):
         """The Distiller's losses and the student's accuracy on labelled raw inputs `(x, y)`."""
-        if isinstance(x, tf.data.Dataset):  # the validation batches inside `fit`
+        if is_tf_dataset(x):  # the validation batches inside `fit`
             return super().evaluate(x, y, batch_size=batch_size, verbose=verbose, **kwargs)
         if kwargs.get("_use_cached_eval_dataset"):
             return super().evaluate(x, y, verbose=verbose, **kwargs)
         if y is None:
             raise ValueError("`evaluate` needs the true labels: evaluate(inputs, labels).")
+        require_tensorflow("Distillation on raw inputs")
+        from kbert.data.input_pipeline import examples_dataset
+
         (examples,) = self.teacher_examples([[(x, y)]], batch_size, verbose)
         dataset = examples_dataset(self.student.preprocessor, examples, batch_size)
         return super().evaluate(dataset, verbose=verbose, **kwargs)
@@ -275,6 +278,8 @@ class Distiller(MultiWorkerFit, keras.Model):
         predicts on the features of all groups together, in one `predict`.
         Returns None for an empty group.
         """
+        from kbert.preprocessing.task_preprocessor import make_examples
+
         preprocessor = self.student.preprocessor
         parts = []
         for x, y in (pair for group in groups for pair in group):
@@ -302,6 +307,8 @@ class Distiller(MultiWorkerFit, keras.Model):
         """Refuses single texts for a teacher of text pairs, and the other way round."""
         if not isinstance(self.teacher, Classifier) or self.teacher.text_pairs is None:
             return
+        from kbert.preprocessing.preprocessor import split_segments
+
         pairs = split_segments(features)[1]
         if pairs != self.teacher.text_pairs:
             kind = {True: "text pairs", False: "single texts"}

@@ -3,7 +3,6 @@
 import keras
 
 from kbert.models.task_model import TaskModel, encoder_and_preprocessor
-from kbert.preprocessing.embedder_preprocessor import EmbedderPreprocessor
 
 POOLINGS = ("mean", "cls", "pooled")
 
@@ -54,10 +53,10 @@ class Embedder(TaskModel):
     (1, 16, 128)
     """
 
-    def __init__(self, encoder, preprocessor, pooling="mean", normalize=False, feature_layers=(-1,),
+    def __init__(self, encoder, preprocessor=None, pooling="mean", normalize=False, feature_layers=(-1,),
                  text_pairs=None, **kwargs):
         encoder, preprocessor = encoder_and_preprocessor(
-            encoder, preprocessor, EmbedderPreprocessor, text_pairs=text_pairs
+            encoder, preprocessor, _embedder_preprocessor, text_pairs=text_pairs
         )
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
@@ -116,6 +115,12 @@ class Embedder(TaskModel):
             }
         )
         return config
+
+
+def _embedder_preprocessor():
+    from kbert.preprocessing.embedder_preprocessor import EmbedderPreprocessor
+
+    return EmbedderPreprocessor
 
 
 def _check_feature_layers(feature_layers, num_layers):

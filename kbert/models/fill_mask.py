@@ -84,11 +84,6 @@ class FillMask:
         self._logit_mask = np.zeros(vocabulary_size, "float32")
         self._logit_mask[self.excluded_token_ids] = -np.inf
         self.top_k = self._check_top_k(top_k)
-        spec = tf.TensorSpec([None, None], tf.int32)
-        self._logits_function = tf.function(
-            self._logits,
-            input_signature=[{name: spec for name in (*encoder.input, "mask_positions")}],
-        )
 
     @property
     def num_candidates(self):
@@ -103,15 +98,6 @@ class FillMask:
                 f"special tokens), got {top_k!r}."
             )
         return int(top_k)
-
-    def _logits(self, inputs):
-        """Masked-LM logits `(batch, masks, vocabulary)`, float32, inference mode."""
-        encoder = self.pretrainer.encoder
-        encoded = encoder({name: inputs[name] for name in encoder.input}, training=False)
-        logits = self.pretrainer.masked_lm_head(
-            encoded["sequence_output"], mask_positions=inputs["mask_positions"], training=False
-        )
-        return tf.cast(logits, tf.float32)
 
     def __call__(self, texts, top_k=None):
         """The `top_k` candidates of each `[MASK]` in a text, or in each of a list of texts."""
@@ -129,7 +115,8 @@ class FillMask:
     def _fill_batch(self, texts, top_k):
         inputs, mask_positions, mask_counts = self._pack(texts)
         inputs["mask_positions"] = mask_positions
-        logits = self._logits_function(inputs).numpy() + self._logit_mask
+        # Masked-LM logits `(batch, masks, vocabulary)`, float32, in inference mode.
+        logits = np.asarray(self.pretrainer.predict_on_batch(inputs)["mlm"], "float32") + self._logit_mask
         logits -= logits.max(axis=-1, keepdims=True)
         probabilities = np.exp(logits)
         probabilities /= probabilities.sum(axis=-1, keepdims=True)

@@ -1,7 +1,6 @@
 """Layer-wise (TinyBERT) distillation: a student encoder learns the inner states of a teacher's."""
 
 import keras
-import tensorflow as tf
 
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
@@ -9,8 +8,8 @@ from kbert.compression.layer_mapping import (
     encoder_states,
     masked_mean_squared_error,
 )
-from kbert.data.input_pipeline import task_dataset
 from kbert.models.encoder import Encoder, bert_initializer
+from kbert.models.task_model import known_steps
 from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
 
 # The loss parts, in the order they are logged; each is on when its argument is.
@@ -146,8 +145,32 @@ class LayerwiseDistiller(keras.Model):
     # --- What trains: the student (not its pooler) and the projections ---------
 
     def _is_frozen(self, variable):
-        frozen = [*self.teacher.weights, *self.student.pooler_dense.weights]
+        frozen = [*self.teacher.weights, *self._unused_student_weights()]
         return any(variable is weight for weight in frozen)
+
+    def _unused_student_weights(self):
+        """The student's weights that no loss part switched on depends on: they are left as they are.
+
+        The pooler always; with attention maps but not layer outputs, what
+        the last layer computes after its attention probabilities (values,
+        attention output, feed-forward, LayerNorms), unless an earlier layer
+        shares that block; with the embeddings alone, every block.
+        """
+        student = self.student
+        unused = list(student.pooler_dense.weights)
+        if not (self.hidden_states or self.attention):
+            unused += [w for block in student.transformer_layers for w in block.weights]
+        elif self.attention and not self.hidden_states:
+            last = student.layer_blocks[-1][-1]
+            earlier = [block for blocks in student.layer_blocks[:-1] for block in blocks]
+            earlier += student.layer_blocks[-1][:-1]
+            if not any(block is last for block in earlier):
+                attention = last._self_attention_layer
+                for layer in (attention._value_dense, attention._output_dense, last._self_attention_layer_norm,
+                              last._feedforward_intermediate_dense, last._feedforward_output_dense,
+                              last._feedforward_layer_norm):
+                    unused += layer.weights
+        return unused
 
     @property
     def trainable_weights(self):
@@ -211,29 +234,19 @@ class LayerwiseDistiller(keras.Model):
     def metrics(self):
         return list(self.loss_trackers.values())
 
-    def _record(self, parts, inputs):
-        batch = tf.shape(inputs["token_ids"])[0]
-        for name, value in parts.items():
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The sum of the loss parts (`y_pred`, what `call` gives); updates each part's log."""
+        inputs = x[0] if isinstance(x, tuple) else x
+        batch = keras.ops.shape(inputs["token_ids"])[0]
+        for name, value in y_pred.items():
             self.loss_trackers[name].update_state(value, sample_weight=batch)
+        loss = y_pred["loss"]
+        for regularization in self.losses:
+            loss = loss + keras.ops.cast(keras.ops.sum(regularization), loss.dtype)
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return {name: tracker.result() for name, tracker in self.loss_trackers.items()}
-
-    def train_step(self, data):
-        inputs = data[0] if isinstance(data, tuple) else data
-        variables = self.trainable_variables
-        with tf.GradientTape() as tape:
-            parts = self.compute_loss_parts(inputs, training=True)
-            loss = self.optimizer.scale_loss(parts["loss"])
-        gradients = tape.gradient(loss, variables)
-        # Some weights may get no gradient (with attention alone, the last
-        # layer's feed-forward): they are left as they are, without Keras'
-        # warning about a missing loss.
-        pairs = [(g, v) for g, v in zip(gradients, variables) if g is not None]
-        self.optimizer.apply_gradients(pairs)
-        return self._record(parts, inputs)
-
-    def test_step(self, data):
-        inputs = data[0] if isinstance(data, tuple) else data
-        return self._record(self.compute_loss_parts(inputs, training=False), inputs)
 
     # --- Compile, fit, evaluate ------------------------------------------------
 
@@ -265,6 +278,7 @@ class LayerwiseDistiller(keras.Model):
         every batch is padded to its longest text, as the task models'
         `kbert.data.task_dataset` does.
         """
+        from kbert.data.input_pipeline import task_dataset
         from kbert.preprocessing.task_preprocessor import TaskPreprocessor
 
         return task_dataset(TaskPreprocessor(self.preprocessor), x, batch_size=batch_size,
@@ -287,10 +301,7 @@ class LayerwiseDistiller(keras.Model):
         dataset = self.text_dataset(x, batch_size, shuffle=kwargs.pop("shuffle", True))
         if validation_data is not None:
             validation_data = self.text_dataset(validation_data, batch_size)
-        steps = steps_per_epoch
-        if steps is None:
-            cardinality = int(dataset.cardinality())
-            steps = cardinality if cardinality > 0 else None
+        steps = steps_per_epoch or known_steps(dataset, batch_size)
         total = None if steps is None else steps * max(epochs - initial_epoch, 1)
         start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
         return super().fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,

@@ -2,9 +2,7 @@
 
 import keras
 
-from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
-from kbert.preprocessing.multiple_choice_preprocessor import MultipleChoicePreprocessor
-from kbert.preprocessing.task_preprocessor import MODEL_INPUTS
+from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, head_setting, output_head
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -53,9 +51,9 @@ class MultipleChoice(TaskModel):
     def __init__(self, encoder, num_choices=None, preprocessor=None, dropout=0.1, **kwargs):
         kwargs.pop("text_pairs", None)  # saved by earlier versions
         encoder, preprocessor = encoder_and_preprocessor(
-            encoder, preprocessor, MultipleChoicePreprocessor, num_choices=num_choices
+            encoder, preprocessor, _multiple_choice_preprocessor, num_choices=num_choices
         )
-        num_choices = preprocessor.num_choices
+        num_choices = int(head_setting(preprocessor, "num_choices", num_choices))
 
         # === Layers ===
         self.encoder = encoder
@@ -66,7 +64,7 @@ class MultipleChoice(TaskModel):
         # the length up to the preprocessor's `sequence_length` (a serving
         # request is cut to its longest sequence).
         inputs = {
-            name: keras.Input(shape=(num_choices, None), dtype="int32", name=name) for name in MODEL_INPUTS
+            name: keras.Input(shape=(num_choices, None), dtype="int32", name=name) for name in encoder.input
         }
         # The encoder sees one sequence per choice, first choices first:
         # (num_choices * batch, length), whatever the length.
@@ -81,11 +79,12 @@ class MultipleChoice(TaskModel):
 
         # === Config ===
         self.dropout = dropout
+        self._num_choices = num_choices
         self.compile()
 
     @property
     def num_choices(self):
-        return self.preprocessor.num_choices
+        return self._num_choices
 
     def choose(self, x, batch_size=None, verbose=0):
         """The index of the best choice of each example."""
@@ -99,4 +98,12 @@ class MultipleChoice(TaskModel):
     def get_config(self):
         config = super().get_config()
         config["dropout"] = self.dropout
+        if self.preprocessor is None:  # else the preprocessor holds it
+            config["num_choices"] = self.num_choices
         return config
+
+
+def _multiple_choice_preprocessor():
+    from kbert.preprocessing.multiple_choice_preprocessor import MultipleChoicePreprocessor
+
+    return MultipleChoicePreprocessor

@@ -1,26 +1,21 @@
 """BERT's pretraining model (masked LM and next-sentence prediction) and ALBERT's (sentence-order prediction)."""
 
-import math
-
 import keras
 import keras_hub
-import tensorflow as tf
 
-from kbert.callbacks.backup_and_restore import BackupAndRestore
+from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
-from kbert.distribute import MultiWorkerFit, distributed_stream
+from kbert.distribute import MultiWorkerFit, distributed_stream, model_strategy
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
-from kbert.models.task_model import FreezesUnusedPooler
+from kbert.models.task_model import FreezesUnusedPooler, known_steps
 from kbert.optimization import batches_trained, bert_adamw, start_schedule_window
 from kbert.preprocessing.sentence_pair_builder import resolve_objective
+from kbert.tensorflow_support import is_tf_dataset
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
 NEXT_SENTENCE_LABELS = ("IsNext", "NotNext")
 # SOP class ids: 0 when A and B are in the text's order, 1 when swapped.
 SENTENCE_ORDER_LABELS = ("InOrder", "Swapped")
-
-# Keras' own batch size when `fit` gets arrays and no `batch_size`.
-_KERAS_DEFAULT_BATCH_SIZE = 32
 
 
 def default_pretraining_learning_rate(hidden_dim):
@@ -34,7 +29,7 @@ def default_pretraining_learning_rate(hidden_dim):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
+class Pretrainer(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """Pretrains a `kbert.Encoder` as BERT does (masked LM plus next-sentence prediction) or as ALBERT does (sentence order).
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
@@ -282,14 +277,14 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         kwargs.setdefault("shuffle", False)  # a stream reshuffles itself, if at all
         # The stream restarts at batch `done`: the rest of that pass, then
         # endless further passes.
-        batches = distributed_stream(self.distribute_strategy, stream, done)
+        batches = distributed_stream(model_strategy(self), stream, done)
         return super().fit(batches, epochs=epochs, steps_per_epoch=steps_per_epoch,
                            initial_epoch=initial_epoch, callbacks=callbacks, **kwargs)
 
     def _check_targets(self, x, y):
         """Refuses data whose targets are not this model's outputs (NSP data for an SOP model)."""
         targets = y
-        if targets is None and isinstance(x, tf.data.Dataset):
+        if targets is None and is_tf_dataset(x):
             spec = x.element_spec
             targets = spec[1] if isinstance(spec, tuple) and len(spec) >= 2 else None
         if not isinstance(targets, dict):
@@ -319,7 +314,7 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         resumed run keeps the window of the run it continues, and stops at
         its last step.
         """
-        steps = steps_per_epoch or _known_steps(x, batch_size)
+        steps = steps_per_epoch or known_steps(x, batch_size)
         total = None if steps is None else steps * max(epochs - initial_epoch, 0)
         first_step = batches_trained(self.optimizer)
         if position is not None:
@@ -346,7 +341,8 @@ class Pretrainer(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
 
 
 def _find_backup(callbacks):
-    backups = [c for c in callbacks or [] if isinstance(c, BackupAndRestore)]
+    """The first callback that restores a position inside an epoch (`kbert.callbacks.BackupAndRestore`)."""
+    backups = [c for c in callbacks or [] if hasattr(c, "peek") and hasattr(c, "set_batches_skipped")]
     return backups[0] if backups else None
 
 
@@ -378,18 +374,20 @@ def _batch_stream(x, batch_size):
     first is read as a new iteration of the dataset, just as an
     uninterrupted run reads it.
     """
-    if not isinstance(x, tf.data.Dataset):
+    if not is_tf_dataset(x):
         return None, None
+    import tensorflow as tf
+
     kbert_dataset = x
     if getattr(x, "kbert_stream", None) is None and int(x.cardinality()) == tf.data.INFINITE_CARDINALITY:
         # `.repeat()` makes a new dataset, without the attributes: look below it.
         kbert_dataset = getattr(x, "_input_dataset", None)
     kbert_stream = getattr(kbert_dataset, "kbert_stream", None)
     if kbert_stream is not None:
-        passes = _known_steps(kbert_dataset, batch_size)
+        passes = known_steps(kbert_dataset, batch_size)
         if passes is not None:
             return kbert_stream, passes
-    batches_per_pass = _known_steps(x, batch_size)
+    batches_per_pass = known_steps(x, batch_size)
 
     def stream(start=0):
         # Reading the skipped batches, rather than jumping over them, keeps
@@ -397,14 +395,3 @@ def _batch_stream(x, batch_size):
         return x.repeat().skip(int(start))
 
     return stream, batches_per_pass
-
-
-def _known_steps(x, batch_size):
-    """Batches per epoch of a dataset or of arrays, or `None` when unknown."""
-    if isinstance(x, tf.data.Dataset):
-        cardinality = int(x.cardinality())
-        return cardinality if cardinality > 0 else None
-    leaves = keras.tree.flatten(x) if x is not None else []
-    if leaves and hasattr(leaves[0], "shape") and len(leaves[0].shape) > 0:
-        return math.ceil(int(leaves[0].shape[0]) / (batch_size or _KERAS_DEFAULT_BATCH_SIZE))
-    return None

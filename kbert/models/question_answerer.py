@@ -2,18 +2,10 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.metrics.squad import squad_scores
-from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
-from kbert.preprocessing.question_answerer_preprocessor import (
-    QAExamples,
-    QuestionAnswererPreprocessor,
-    answer_dicts,
-    as_examples,
-    is_records,
-    keyword_examples,
-)
+from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, is_token_ids, output_head
+from kbert.tensorflow_support import require_tensorflow
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -69,11 +61,11 @@ class QuestionAnswerer(TaskModel):
 
     uses_pooler = False  # outputs come from the sequence output
 
-    def __init__(self, encoder, preprocessor, doc_stride=None, max_question_length=None,
+    def __init__(self, encoder, preprocessor=None, doc_stride=None, max_question_length=None,
                  max_answer_length=None, n_best=None, null_score_threshold=None, **kwargs):
         kwargs.pop("text_pairs", None)  # saved by earlier versions
         encoder, preprocessor = encoder_and_preprocessor(
-            encoder, preprocessor, QuestionAnswererPreprocessor,
+            encoder, preprocessor, _question_answerer_preprocessor,
             doc_stride=doc_stride, max_question_length=max_question_length,
             max_answer_length=max_answer_length, n_best=n_best,
             null_score_threshold=null_score_threshold,
@@ -124,6 +116,8 @@ class QuestionAnswerer(TaskModel):
         if questions is not None or contexts is not None:
             if x is not None or y is not None:
                 raise ValueError("Give the training data either as `x`/`y` or as keywords, not both.")
+            from kbert.preprocessing.question_answerer_preprocessor import keyword_examples
+
             x = keyword_examples(questions, contexts, answer_starts, answer_texts)
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, **kwargs)
 
@@ -132,15 +126,22 @@ class QuestionAnswerer(TaskModel):
         return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def _validation_dataset(self, validation_data, batch_size):
-        if isinstance(validation_data, QAExamples) or is_records(validation_data):
-            validation_data = (validation_data, None)
+        pair = isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3)
+        if not (is_token_ids(validation_data) or pair and is_token_ids(validation_data[0])):
+            require_tensorflow("Raw-text validation data")
+            from kbert.preprocessing.question_answerer_preprocessor import QAExamples, is_records
+
+            # Question records (or `QAExamples`) hold their answers: no separate targets.
+            if isinstance(validation_data, QAExamples) or is_records(validation_data):
+                validation_data = (validation_data, None)
         return super()._validation_dataset(validation_data, batch_size)
 
     def _traced(self, name):
         """The preprocessor's `name(model, questions, contexts)` as one `tf.function` per model."""
+        tf = require_tensorflow("Answering questions")
         if name not in self._traced_functions:
             spec = tf.TensorSpec([None], tf.string)
-            method = getattr(self.preprocessor, name)
+            method = getattr(self._raw_input_preprocessor(), name)
             self._traced_functions[name] = tf.function(
                 lambda questions, contexts: method(self, questions, contexts), input_signature=[spec, spec]
             )
@@ -148,13 +149,16 @@ class QuestionAnswerer(TaskModel):
 
     def _question_batches(self, x, batch_size, questions=None, contexts=None):
         """`(questions, contexts)` string tensors of each batch of questions."""
+        tf = require_tensorflow("Answering questions")
+        from kbert.preprocessing.question_answerer_preprocessor import as_examples, keyword_examples
+
         if questions is not None or contexts is not None:
             if x is not None:
                 raise ValueError("Give the questions either as `x` or as keywords, not both.")
             qa_examples = keyword_examples(questions, contexts, None, None)
         else:
             qa_examples = as_examples(x, None, with_answers=False)
-        batch_size = batch_size or self.preprocessor.default_batch_size
+        batch_size = batch_size or self._raw_input_preprocessor().default_batch_size
         count = len(qa_examples.questions)
         return [
             (
@@ -178,6 +182,8 @@ class QuestionAnswerer(TaskModel):
         if question is not None or context is not None:
             deprecated("QuestionAnswerer.predict(question=..., context=...)", "answer(question=..., context=...)")
             return self.answer(question=question, context=context, top_k=top_k)
+        if is_token_ids(x):
+            return super().predict(x, batch_size=batch_size, verbose=verbose)
         batches = self._question_batches(x, batch_size, questions, contexts)
         results = []
         for batch in self._map_batches(self._traced("window_logits"), batches, verbose):
@@ -219,7 +225,9 @@ class QuestionAnswerer(TaskModel):
             if x is not None or questions is not None or contexts is not None:
                 raise ValueError("Give one `question` and `context`, or lists, not both.")
             return self.answer(questions=[question], contexts=[context], top_k=top_k)[0]
-        n_best = self.preprocessor.n_best
+        from kbert.preprocessing.question_answerer_preprocessor import answer_dicts
+
+        n_best = self._raw_input_preprocessor().n_best
         if top_k is not None and (int(top_k) != top_k or not 1 <= top_k <= n_best):
             raise ValueError(f"`top_k` must be None or from 1 to `n_best` ({n_best}), got {top_k!r}.")
         batches = self._question_batches(x, batch_size, questions, contexts)
@@ -253,3 +261,9 @@ class QuestionAnswerer(TaskModel):
         return squad_scores([p["text"] for p in predictions], records)
 
     evaluate_squad = evaluate_report
+
+
+def _question_answerer_preprocessor():
+    from kbert.preprocessing.question_answerer_preprocessor import QuestionAnswererPreprocessor
+
+    return QuestionAnswererPreprocessor

@@ -2,18 +2,18 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kbert.metrics.entity_f1 import entity_scores
-from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head, softmax
-from kbert.preprocessing.tagger_preprocessor import (
-    WORDS_SPEC,
-    TaggerPreprocessor,
-    as_ragged,
-    as_sentences,
-    batched_sentences,
-    ragged_rows,
+from kbert.models.task_model import (
+    TaskModel,
+    deprecated,
+    encoder_and_preprocessor,
+    head_setting,
+    is_token_ids,
+    output_head,
+    softmax,
 )
+from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -68,14 +68,13 @@ class Tagger(TaskModel):
     def __init__(self, encoder, labels=None, preprocessor=None, dropout=0.1, **kwargs):
         kwargs.pop("text_pairs", None)  # saved by earlier versions
         encoder, preprocessor = encoder_and_preprocessor(
-            encoder, preprocessor, TaggerPreprocessor, labels=labels
+            encoder, preprocessor, _tagger_preprocessor, labels=labels
         )
+        labels = list(head_setting(preprocessor, "labels", labels))
 
         # === Layers ===
         self.encoder = encoder
-        self.output_dropout, self.output_dense = output_head(
-            encoder, preprocessor.num_labels, "logits", dropout=dropout
-        )
+        self.output_dropout, self.output_dense = output_head(encoder, len(labels), "logits", dropout=dropout)
 
         # === Functional model ===
         inputs = encoder.input
@@ -85,16 +84,17 @@ class Tagger(TaskModel):
 
         # === Config ===
         self.dropout = dropout
+        self._labels = labels
         self._word_logits_function = None
         self.compile()
 
     @property
     def labels(self):
-        return self.preprocessor.labels
+        return self._labels if self.preprocessor is None else self.preprocessor.labels
 
     @property
     def num_labels(self):
-        return self.preprocessor.num_labels
+        return len(self.labels)
 
     def default_loss(self):
         # Averaged over the tokens whose sample weight is not 0: the first
@@ -115,6 +115,12 @@ class Tagger(TaskModel):
         `x` is a list of sentences (lists of words) or a `tf.data.Dataset`
         of sentences (or of `(words, tags)`; the tags are ignored).
         """
+        if is_token_ids(x):
+            return super().predict(x, batch_size=batch_size, verbose=verbose)
+        tf = require_tensorflow("Tagging words")
+        from kbert.preprocessing.tagger_preprocessor import WORDS_SPEC
+
+        preprocessor = self._raw_input_preprocessor()
         if self._word_logits_function is None:
             self._word_logits_function = tf.function(
                 lambda words: self.preprocessor.word_logits(self, words),
@@ -127,7 +133,7 @@ class Tagger(TaskModel):
                 return tf.zeros([0, self.num_labels])
             return self._word_logits_function(words)
 
-        batches = self._sentence_batches(x, batch_size or self.preprocessor.default_batch_size)
+        batches = self._sentence_batches(x, batch_size or preprocessor.default_batch_size)
         results = []
         for words, flat in zip(batches, self._map_batches(word_logits, batches, verbose)):
             offsets = np.cumsum(words.row_lengths().numpy())[:-1]
@@ -164,8 +170,10 @@ class Tagger(TaskModel):
             The dict of `kbert.metrics.entity_scores`: micro-averaged `precision`,
             `recall`, `f1`, counts, and `per_type` scores.
         """
+        from kbert.preprocessing.tagger_preprocessor import as_sentences
+
         sentences = as_sentences(sentences)
-        tag_ids = self.preprocessor.tag_ids(tags, [len(s) for s in sentences])
+        tag_ids = self._raw_input_preprocessor().tag_ids(tags, [len(s) for s in sentences])
         true_tags = [[self.labels[i] for i in ids] for ids in tag_ids]
         return entity_scores(true_tags, self.tag(sentences, batch_size=batch_size, verbose=verbose))
 
@@ -173,7 +181,11 @@ class Tagger(TaskModel):
 
     def _sentence_batches(self, x, batch_size):
         """Ragged batches of words to predict on."""
-        if isinstance(x, tf.data.Dataset):
+        import tensorflow as tf
+
+        from kbert.preprocessing.tagger_preprocessor import as_ragged, as_sentences, batched_sentences, ragged_rows
+
+        if is_tf_dataset(x):
             dataset = batched_sentences(x, batch_size)
             if isinstance(dataset.element_spec, tuple):
                 dataset = dataset.map(lambda words, *rest: words)
@@ -187,4 +199,12 @@ class Tagger(TaskModel):
     def get_config(self):
         config = super().get_config()
         config["dropout"] = self.dropout
+        if self.preprocessor is None:  # else the preprocessor holds them
+            config["labels"] = list(self.labels)
         return config
+
+
+def _tagger_preprocessor():
+    from kbert.preprocessing.tagger_preprocessor import TaggerPreprocessor
+
+    return TaggerPreprocessor

@@ -1,16 +1,21 @@
 """Base class of kbert's task models: Keras models that take raw text."""
 
+import collections.abc
+import math
 import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
-from kbert.data.input_pipeline import task_dataset
-from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker
-from kbert.models.encoder import bert_initializer
+from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
+from kbert.models.encoder import Encoder, bert_initializer
 from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
+from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
+
+# Keras' own batch size when `fit` gets arrays and no `batch_size`.
+KERAS_DEFAULT_BATCH_SIZE = 32
 
 
 class FreezesUnusedPooler:
@@ -45,7 +50,7 @@ class FreezesUnusedPooler:
         return super().non_trainable_variables + frozen
 
 
-class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
+class TaskModel(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """A functional Keras model on a `kbert.Encoder`, with its task preprocessor attached.
 
     The model itself sees token ids only; its `preprocessor` (a task
@@ -55,6 +60,13 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     `fit`, `evaluate` and `predict` take what the task takes (texts, text
     pairs, sentences of words, question records) or a `tf.data.Dataset` of
     it, and run it through `kbert.data.task_dataset`.
+
+    They also take token ids, as Keras does: a dict of `token_ids`,
+    `segment_ids` and `padding_mask` arrays, or any iterable of batches of
+    them (a generator, a `keras.utils.PyDataset`, a PyTorch `DataLoader`).
+    A model built without a preprocessor (`preprocessor=None`: where
+    TensorFlow, which the preprocessors run on, is not installed) takes
+    only those, and keeps its head's settings (`num_classes`, ...) itself.
 
     One contract for every task:
 
@@ -82,11 +94,11 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     @property
     def text_pairs(self):
         """Whether the model reads text pairs (None until it has seen texts); its preprocessor's."""
-        return self.preprocessor.text_pairs
+        return None if self.preprocessor is None else self.preprocessor.text_pairs
 
     @text_pairs.setter
     def text_pairs(self, value):
-        self.preprocessor.text_pairs = None if value is None else bool(value)
+        self._raw_input_preprocessor().text_pairs = None if value is None else bool(value)
 
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
         """Compiles with BERT's fine-tuning defaults; any argument overrides them.
@@ -129,16 +141,20 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         initial_epoch=0,
         **kwargs,
     ):
-        dataset = self.training_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+        if is_token_ids(x):
+            data = dict(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, shuffle=shuffle)
+        else:
+            dataset = self.training_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+            data = dict(x=dataset, shuffle=False)  # `task_dataset` shuffles the examples itself.
         if validation_data is not None:
             validation_data = self._validation_dataset(validation_data, batch_size)
-        self._start_learning_rate_window(dataset, steps_per_epoch, epochs - initial_epoch)
+        steps = steps_per_epoch or known_steps(data["x"], batch_size)
+        self._start_learning_rate_window(steps, epochs - initial_epoch)
         kwargs["callbacks"] = with_sparsity_kept(self, kwargs.get("callbacks"))
         return super().fit(
-            dataset,
+            **data,
             epochs=epochs,
             validation_data=validation_data,
-            shuffle=False,  # `task_dataset` shuffles the examples itself.
             steps_per_epoch=steps_per_epoch,
             initial_epoch=initial_epoch,
             **kwargs,
@@ -150,50 +166,72 @@ class TaskModel(MultiWorkerFit, FreezesUnusedPooler, keras.Model):
         Under several workers every worker shuffles with the chief's seed, so
         that they read the same batches and each takes its own part of them.
         """
-        strategy = self.distribute_strategy
+        strategy = model_strategy(self)
         seed = agreed_seed(strategy) if shuffle and is_multi_worker(strategy) else None
-        return task_dataset(self.preprocessor, x, y, sample_weight, batch_size, shuffle=shuffle, seed=seed)
+        return self._task_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, seed=seed)
+
+    def _task_dataset(self, x, y=None, sample_weight=None, batch_size=None, **kwargs):
+        """`kbert.data.task_dataset` of raw inputs (TensorFlow, and this model's preprocessor)."""
+        require_tensorflow("Raw-text input (tf.data and the TF-Text preprocessor)")
+        from kbert.data.input_pipeline import task_dataset
+
+        if self.preprocessor is None and not is_tf_dataset(x):
+            self._raw_input_preprocessor()
+        return task_dataset(self.preprocessor, x, y, sample_weight, batch_size, **kwargs)
+
+    def _raw_input_preprocessor(self):
+        """The preprocessor, or a clear error for a model built without one."""
+        if self.preprocessor is None:
+            raise ValueError(
+                f"This {type(self).__name__} has no preprocessor, so it takes token ids only (a dict "
+                "of token_ids, segment_ids and padding_mask, or batches of them); build it with a "
+                "task preprocessor (kbert.classifier(...), ...) to give it raw text."
+            )
+        return self.preprocessor
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
-        dataset = task_dataset(self.preprocessor, x, y, sample_weight, batch_size)
-        return super().evaluate(dataset, **kwargs)
+        if is_token_ids(x):
+            return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+        return super().evaluate(self._task_dataset(x, y, sample_weight, batch_size), **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """The model's scores for `x` (any input `fit` takes, labels left out), as NumPy."""
-        return super().predict(task_dataset(self.preprocessor, x, batch_size=batch_size), **kwargs)
+        if is_token_ids(x):
+            return super().predict(x, batch_size=batch_size, **kwargs)
+        return super().predict(self._task_dataset(x, batch_size=batch_size), **kwargs)
 
     def predict_proba(self, x, batch_size=None, **kwargs):
         """The softmax of `predict`'s logits, one row per example."""
         return softmax(self.predict(x, batch_size=batch_size, **kwargs))
 
     def _validation_dataset(self, validation_data, batch_size):
-        if isinstance(validation_data, tf.data.Dataset):
-            return task_dataset(self.preprocessor, validation_data, batch_size=batch_size)
+        if is_token_ids(validation_data):
+            return validation_data
+        if is_tf_dataset(validation_data):
+            return self._task_dataset(validation_data, batch_size=batch_size)
         if not isinstance(validation_data, (tuple, list)) or len(validation_data) not in (2, 3):
             raise ValueError(
-                "`validation_data` must be (inputs, targets), (inputs, targets, weights) or a "
-                "tf.data.Dataset."
+                "`validation_data` must be (inputs, targets), (inputs, targets, weights), a "
+                "tf.data.Dataset, or batches of token ids."
             )
-        return task_dataset(self.preprocessor, *validation_data, batch_size=batch_size)
+        if is_token_ids(validation_data[0]):
+            return tuple(validation_data)
+        return self._task_dataset(*validation_data, batch_size=batch_size)
 
-    def _start_learning_rate_window(self, dataset, steps_per_epoch, epochs):
-        """Fits each `fit` call's warm-up and decay to the steps it will run."""
-        steps = steps_per_epoch
-        if steps is None:
-            cardinality = int(dataset.cardinality())
-            steps = cardinality if cardinality > 0 else None
+    def _start_learning_rate_window(self, steps, epochs):
+        """Fits each `fit` call's warm-up and decay to the steps it will run (`None`: unknown)."""
         total = None if steps is None else steps * max(epochs, 1)
         start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
 
     def _map_batches(self, function, batches, verbose):
-        """Runs `function` (a `tf.function`) on each batch, with a progress bar; NumPy results."""
+        """Runs `function` (a `tf.function` of TF tensors) on each batch, with a progress bar; NumPy results."""
         batches = list(batches)
         show = verbose not in (0, False) and len(batches) > (1 if verbose == "auto" else 0)
         progress = keras.utils.Progbar(len(batches)) if show else None
         results = []
         for step, batch in enumerate(batches):
             output = function(*batch) if isinstance(batch, tuple) else function(batch)
-            results.append(keras.tree.map_structure(lambda value: value.numpy(), output))
+            results.append(keras.tree.map_structure(np.asarray, output))
             if progress is not None:
                 progress.update(step + 1)
         return results
@@ -224,18 +262,25 @@ def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settin
 
     `preprocessor` is the task's preprocessor (which holds the settings:
     any given must equal its own), or a plain `kbert.Preprocessor`, wrapped into
-    `preprocessor_class(preprocessor, **settings)` (settings left None take
-    their defaults).
+    `preprocessor_class()(preprocessor, **settings)` (settings left None take
+    their defaults), or None: a model of token ids alone, whose settings
+    are its own (see `head_setting`). `preprocessor_class` gives the task
+    preprocessor's class when called: the preprocessors run on TensorFlow,
+    imported only for a model that has one.
     """
-    from kbert.models.encoder import Encoder
-    from kbert.preprocessing.preprocessor import Preprocessor
-
     if isinstance(encoder, dict):
         encoder = keras.saving.deserialize_keras_object(encoder)
-    if isinstance(preprocessor, dict):
-        preprocessor = keras.saving.deserialize_keras_object(preprocessor)
     if not isinstance(encoder, Encoder):
         raise TypeError(f"`encoder` must be a kbert.Encoder, got {type(encoder).__name__}.")
+    if preprocessor is None:
+        return encoder, None
+    what = preprocessor.get("class_name", "preprocessor") if isinstance(preprocessor, dict) else "preprocessor"
+    require_tensorflow(f"The model's {what} (TF-Text)")
+    from kbert.preprocessing.preprocessor import Preprocessor
+
+    preprocessor_class = preprocessor_class()
+    if isinstance(preprocessor, dict):
+        preprocessor = keras.saving.deserialize_keras_object(preprocessor)
     given = {name: value for name, value in settings.items() if value is not None}
     if isinstance(preprocessor, Preprocessor):
         preprocessor = preprocessor_class(preprocessor, **given)
@@ -248,11 +293,20 @@ def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settin
             )
     else:
         raise TypeError(
-            f"`preprocessor` must be a kbert.{preprocessor_class.__name__} or a kbert.Preprocessor, "
-            f"got {type(preprocessor).__name__}."
+            f"`preprocessor` must be a kbert.{preprocessor_class.__name__}, a kbert.Preprocessor or "
+            f"None, got {type(preprocessor).__name__}."
         )
     check_compatible(encoder, preprocessor)
     return encoder, preprocessor
+
+
+def head_setting(preprocessor, name, value):
+    """A task setting (`num_classes`, ...): the preprocessor's, or for a model without one `value`, which must be given."""
+    if preprocessor is not None:
+        return getattr(preprocessor, name)
+    if value is None:
+        raise ValueError(f"`{name}` is needed to build a model without a preprocessor.")
+    return value
 
 
 def _same(a, b):
@@ -298,3 +352,37 @@ def softmax(logits):
 
 def deprecated(old, new):
     warnings.warn(f"`{old}` is deprecated; use `{new}`.", DeprecationWarning, stacklevel=3)
+
+
+def is_token_ids(x):
+    """Whether `x` is model inputs for Keras as it is, not raw examples for the task preprocessor.
+
+    Model inputs are a dict of arrays (`token_ids`, `segment_ids`,
+    `padding_mask`), or an iterable of batches of them that Keras reads
+    itself: a generator or other iterator, a `keras.utils.PyDataset`, a
+    PyTorch `DataLoader`. A `tf.data.Dataset` goes to `task_dataset`, which
+    passes batches of model inputs through.
+    """
+    if isinstance(x, collections.abc.Mapping) or isinstance(x, keras.utils.PyDataset):
+        return True
+    if isinstance(x, collections.abc.Iterator):
+        return True
+    return type(x).__module__.startswith("torch.utils.data")
+
+
+def known_steps(x, batch_size):
+    """Batches per epoch of a dataset, of arrays or of a sized iterable of batches; `None` when unknown."""
+    if is_tf_dataset(x):
+        cardinality = int(x.cardinality())
+        return cardinality if cardinality > 0 else None
+    if isinstance(x, collections.abc.Mapping):
+        leaves = keras.tree.flatten(x)
+        if leaves and len(getattr(leaves[0], "shape", ())) > 0:
+            return math.ceil(int(leaves[0].shape[0]) / (batch_size or KERAS_DEFAULT_BATCH_SIZE))
+        return None
+    if isinstance(x, keras.utils.PyDataset):
+        return x.num_batches
+    try:
+        return len(x)
+    except TypeError:
+        return None

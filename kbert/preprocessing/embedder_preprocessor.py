@@ -2,7 +2,7 @@
 
 import keras
 
-from kbert.preprocessing.task_preprocessor import TaskPreprocessor, run_by_length
+from kbert.preprocessing.task_preprocessor import TaskPreprocessor, model_outputs, run_by_length
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -44,7 +44,7 @@ class EmbedderPreprocessor(TaskPreprocessor):
         return {"sentence_embedding": outputs["sentence_embedding"]}
 
     def serve_token_ids(self, model, inputs):
-        def sentence_embedding(rows):  # float32 in any dtype policy: the model casts it
-            return model(rows, training=False)["sentence_embedding"]
+        def sentence_embedding(rows):
+            return model_outputs(model, rows)["sentence_embedding"]
 
         return {"sentence_embedding": run_by_length(sentence_embedding, inputs)}

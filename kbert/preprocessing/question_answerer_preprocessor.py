@@ -10,7 +10,7 @@ import tensorflow_text as tf_text
 from kbert.preprocessing.task_preprocessor import (
     MODEL_INPUTS,
     TaskPreprocessor,
-    float32,
+    model_outputs,
     make_examples,
     run_by_length,
 )
@@ -748,5 +748,5 @@ def answer_dicts(batch, top_k):
 
 def span_logits(model, inputs):
     """The model's `start_logits` and `end_logits` on `inputs`, float32 in any dtype policy."""
-    outputs = model(inputs, training=False)
-    return {name: float32(outputs[name]) for name in SPAN_LOGITS}
+    outputs = model_outputs(model, inputs)
+    return {name: outputs[name] for name in SPAN_LOGITS}

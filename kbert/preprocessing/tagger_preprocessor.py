@@ -8,7 +8,7 @@ import tensorflow_text as tf_text
 from kbert.data.input_pipeline import padded_length
 from kbert.preprocessing.task_preprocessor import (
     TaskPreprocessor,
-    float32,
+    model_outputs,
     make_examples,
     probabilities,
     run_by_length,
@@ -251,7 +251,7 @@ class TaggerPreprocessor(TaskPreprocessor):
         # Windows of similar length run together, each run cut to its
         # longest; a word's first token is never padding, so no logit read
         # here depends on it.
-        logits = run_by_length(lambda rows: float32(model(rows, training=False)), inputs, per_token=True)
+        logits = run_by_length(lambda rows: model_outputs(model, rows), inputs, per_token=True)
         return tf.gather_nd(logits, word_positions)
 
     # --- Reverse and serving --------------------------------------------------------
@@ -299,7 +299,7 @@ class TaggerPreprocessor(TaskPreprocessor):
 
     def serve_token_ids(self, model, inputs):
         """Per token: `tag_ids`, `tags` and `probabilities`."""
-        tagged = self.reverse(model(inputs, training=False))
+        tagged = self.reverse(model_outputs(model, inputs))
         return {name: tagged[name] for name in ("tag_ids", "tags", "probabilities")}
 
     def get_config(self):

@@ -179,7 +179,7 @@ class TaskPreprocessor(PreprocessingLayer):
         its longest row (`run_by_length`): the answers equal those of the
         full padding, with less to compute.
         """
-        return self.reverse(run_by_length(lambda rows: float32(model(rows, training=False)), inputs))
+        return self.reverse(run_by_length(lambda rows: model_outputs(model, rows), inputs))
 
     def get_config(self):
         config = super().get_config()
@@ -295,6 +295,34 @@ def run_by_length(call, inputs, output_names=None, per_token=False, rows_per_run
 def float32(values):
     """A tensor, or a dict of them, cast to float32 (model outputs may be bfloat16)."""
     return tf.nest.map_structure(lambda value: tf.cast(value, tf.float32), values)
+
+
+def model_outputs(model, inputs):
+    """`model(inputs, training=False)` as float32 TensorFlow tensors, on any Keras backend.
+
+    Preprocessing and decoding run on TensorFlow, eagerly or in a
+    `tf.function` (serving, `answer`, `tag`). On the TensorFlow backend the
+    model runs in the same graph. On JAX and PyTorch it runs as it is,
+    called from the graph through `tf.py_function` with NumPy values; the
+    outputs keep the shapes the model declares.
+
+    Args:
+        model: a functional Keras model (a kbert task model).
+        inputs: a dict of int tensors, the model's inputs.
+    """
+    if keras.config.backend() == "tensorflow":
+        return float32(model(inputs, training=False))
+    names = sorted(inputs)
+    declared = keras.tree.flatten(model.output)
+
+    def call(*values):
+        outputs = model(dict(zip(names, (value.numpy() for value in values))), training=False)
+        return [np.asarray(keras.ops.convert_to_numpy(value), "float32") for value in keras.tree.flatten(outputs)]
+
+    flat = tf.py_function(call, [inputs[name] for name in names], [tf.float32] * len(declared))
+    for value, spec in zip(flat, declared):
+        value.set_shape(spec.shape)
+    return keras.tree.pack_sequence_as(model.output, flat)
 
 
 def probabilities(logits):

@@ -72,16 +72,16 @@ def test_a_list_of_texts_gives_one_result_per_text(pretrainer):
     assert fm([]) == []
 
 
-def test_runs_one_model_call_per_batch(pretrainer):
+def test_runs_one_model_call_per_batch(pretrainer, monkeypatch):
     fm = FillMask(pretrainer, kbert.Tokenizer(TINY_VOCABULARY), sequence_length=16, batch_size=2)
     calls = []
-    logits_function = fm._logits_function
+    predict_on_batch = pretrainer.predict_on_batch
 
     def counting(inputs):
         calls.append(inputs["token_ids"].shape[0])
-        return logits_function(inputs)
+        return predict_on_batch(inputs)
 
-    fm._logits_function = counting
+    monkeypatch.setattr(pretrainer, "predict_on_batch", counting)
     results = fm(["the [MASK]", "a [MASK]", "[MASK] cat", "[MASK] dog", "the [MASK] sat"])
     assert len(results) == 5 and calls == [2, 2, 1]
 

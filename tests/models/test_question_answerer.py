@@ -12,7 +12,7 @@ import tensorflow as tf
 import kbert
 from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
-from kbert.models.question_answerer import keyword_examples
+from kbert.preprocessing.question_answerer_preprocessor import keyword_examples
 from tests.test_case import (
     TINY_VOCABULARY,
     assert_all_close,

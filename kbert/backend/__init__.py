@@ -1,0 +1,55 @@
+"""What kbert computes differently on each Keras backend: the one place that knows the backend.
+
+kbert's models are Keras 3 code and run on TensorFlow, JAX and PyTorch. Two
+hot spots are faster written for each backend, and gradients outside `fit`
+are each backend's own; everything else in kbert is the same code on all
+three:
+
+| | TensorFlow | JAX | PyTorch |
+|---|---|---|---|
+| `transformer_block` (BERT's post-LayerNorm block) | 2-D TF ops that the grappler remapper fuses into oneDNN kernels | `keras.ops`, attention through `jax.nn.dot_product_attention` (cuDNN's fused kernel on a GPU) | `keras.ops`, attention through `scaled_dot_product_attention` |
+| `AdamW` (the base of `kbert.optimization.BertAdamW`) | TensorFlow's one-kernel Adam update | keras' AdamW (XLA fuses it into the step) | keras' multi-tensor (`torch._foreach`) AdamW |
+| `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad` | `torch.autograd.grad` |
+
+Each backend's module gives these names; this module re-exports the ones of
+the backend Keras runs on. Each fast path is tested equal to the portable
+computation (keras-hub's `TransformerEncoder`, keras' `AdamW`).
+"""
+
+import keras
+
+BACKEND = keras.config.backend()
+
+if BACKEND == "tensorflow":
+    from kbert.backend.tensorflow import AdamW, gradient_function, transformer_block
+elif BACKEND == "jax":
+    from kbert.backend.jax import AdamW, gradient_function, transformer_block
+elif BACKEND == "torch":
+    from kbert.backend.torch import AdamW, gradient_function, transformer_block
+else:
+    raise ImportError(
+        f"kbert runs on Keras' tensorflow, jax and torch backends, not {BACKEND!r}: set "
+        "KERAS_BACKEND to one of them."
+    )
+
+
+
+class LayersBeforeInit:
+    """A base of functional `keras.Model`s that set their layers as attributes before `super().__init__`.
+
+    keras-hub's pattern, which kbert's encoder and task models follow
+    (layers, then the functional model, then the config). On PyTorch every
+    Keras layer is a `torch.nn.Module`, and PyTorch refuses a sub-module set
+    before `Module.__init__`: those attributes are set plainly there (the
+    functional graph tracks the layers, and `.keras` files find them by
+    attribute name as on the other backends).
+    """
+
+    def __setattr__(self, name, value):
+        if BACKEND == "torch" and "_modules" not in self.__dict__:
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+__all__ = ["AdamW", "BACKEND", "LayersBeforeInit", "gradient_function", "transformer_block"]

@@ -1,0 +1,81 @@
+"""BERT's Transformer block in `keras.ops`, for the backends whose compilers fuse it (JAX, PyTorch).
+
+The same computation as keras-hub's `TransformerEncoder` (post-LayerNorm),
+on its variables, in fewer and larger ops: one matmul for the query, key and
+value projections, heads split by a reshape, and attention handed to the
+backend's fused kernel (`attend`) unless attention probabilities are wanted
+or must be dropped out by a kernel that cannot.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+# keras' masked softmax uses the same: -1e9, or what float16 can hold.
+LARGE_NEGATIVE = {"float16": -3e4}
+
+
+def transformer_block(block, inputs, padding_mask, training, return_attention_scores, attend):
+    """`block`'s output (and attention probabilities): see `kbert.backend.transformer_block`.
+
+    `attend(query, key, value, padding_mask, dropout, training)` computes
+    attention on `(batch, sequence, heads, head_dim)` tensors with the
+    backend's kernel, where `dropout` is the attention's `keras.layers.Dropout`;
+    it returns None where that kernel does not apply, and
+    `explicit_attention` runs instead.
+    """
+    attention = block._self_attention_layer
+    hidden_dim = inputs.shape[-1]
+    heads, head_dim = attention._query_dense.kernel.shape[1:]
+    width = heads * head_dim
+    batch_size, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
+
+    # One matmul on the three kernels side by side: on an accelerator a
+    # kernel launch costs more than joining the weights.
+    projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+    kernel = ops.concatenate([ops.reshape(p.kernel, (hidden_dim, width)) for p in projections], axis=1)
+    bias = ops.concatenate([ops.reshape(p.bias, (width,)) for p in projections], axis=0)
+    qkv = ops.reshape(ops.matmul(inputs, kernel) + bias, (batch_size, length, 3, heads, head_dim))
+    query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+
+    dropout = attention._dropout_layer
+    context = probabilities = None
+    if not return_attention_scores:
+        context = attend(query, key, value, padding_mask, dropout, training)
+    if context is None:
+        context, probabilities = explicit_attention(query, key, value, padding_mask, dropout, training)
+    output = attention._output_dense
+    context = ops.reshape(context, (batch_size, length, width))
+    attended = ops.matmul(context, ops.reshape(output.kernel, (width, hidden_dim))) + output.bias
+    attended = block._self_attention_dropout(attended, training=training)
+    x = block._self_attention_layer_norm(attended + inputs)
+
+    intermediate = block._feedforward_intermediate_dense
+    hidden = block.activation(ops.matmul(x, intermediate.kernel) + intermediate.bias)
+    output = block._feedforward_output_dense
+    hidden = ops.matmul(hidden, output.kernel) + output.bias
+    hidden = block._feedforward_dropout(hidden, training=training)
+    x = block._feedforward_layer_norm(hidden + x)
+    if return_attention_scores:
+        return x, probabilities
+    return x
+
+
+def explicit_attention(query, key, value, padding_mask, dropout, training):
+    """Attention as BERT writes it: `(context, probabilities)`, the probabilities `(batch, heads, query, key)`.
+
+    Scores scaled by `1 / sqrt(head_dim)`, keys on padding blocked, softmax,
+    `dropout` of the probabilities in training.
+    """
+    head_dim = query.shape[-1]
+    query = ops.transpose(query, (0, 2, 1, 3))
+    key = ops.transpose(key, (0, 2, 3, 1))
+    value = ops.transpose(value, (0, 2, 1, 3))
+    scores = ops.matmul(query, key) * ops.cast(1.0 / math.sqrt(head_dim), query.dtype)
+    if padding_mask is not None:
+        blocked = 1.0 - ops.cast(padding_mask, scores.dtype)[:, None, None, :]
+        scores = scores + blocked * LARGE_NEGATIVE.get(keras.backend.standardize_dtype(scores.dtype), -1e9)
+    probabilities = ops.softmax(scores, axis=-1)
+    context = ops.matmul(dropout(probabilities, training=training), value)
+    return ops.transpose(context, (0, 2, 1, 3)), probabilities
