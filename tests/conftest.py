@@ -85,7 +85,11 @@ def run_in_own_process(item):
 # before it appends the group to the node ids).
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
+    import keras
+
     for item in items:
+        if keras.config.backend() != "tensorflow" and item.get_closest_marker("tensorflow_backend"):
+            item.add_marker(pytest.mark.skip(reason="runs on Keras' TensorFlow backend only"))
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
         if item.nodeid in OWN_PROCESS and not os.environ.get(IN_OWN_PROCESS):
             run_in_own_process(item)

@@ -6,6 +6,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+# The Keras backend of this test run (`make test` runs the suite on TensorFlow,
+# then the tests marked `all_backends` on JAX and on PyTorch).
+BACKEND = keras.config.backend()
+
 TINY_VOCABULARY = [
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
     "the", "a", "cat", "dog", "sat", "on", "mat", "good", "bad", "film",
@@ -33,10 +37,27 @@ def tiny_encoder_kwargs(vocabulary_size=len(TINY_VOCABULARY), architecture="bert
     return kwargs
 
 
+def numpy(tensor):
+    """A tensor or variable of any backend (or TensorFlow's) as a NumPy array."""
+    if isinstance(tensor, (tf.Tensor, np.ndarray)):
+        return np.asarray(tensor)
+    return np.asarray(keras.ops.convert_to_numpy(tensor))
+
+
+def dtype(tensor):
+    """A tensor's dtype by name ("float32", "bfloat16", ...), whatever its backend."""
+    return keras.backend.standardize_dtype(tensor.dtype)
+
+
 def to_numpy(value):
-    return keras.tree.map_structure(
-        lambda v: v.to_list() if isinstance(v, tf.RaggedTensor) else np.asarray(v), value
-    )
+    def leaf(v):
+        if isinstance(v, tf.RaggedTensor):
+            return v.to_list()
+        if isinstance(v, (tf.Tensor, np.ndarray, str, bytes, int, float)):
+            return np.asarray(v)
+        return numpy(v)  # a JAX or PyTorch tensor
+
+    return keras.tree.map_structure(leaf, value)
 
 
 def assert_all_close(a, b, atol=1e-6):
@@ -83,6 +104,9 @@ def run_task_test(model, x, y, tmp_path, batch_size=2, dataset=None, request=Non
       load gives the same predictions and the same preprocessor config;
     - its export serves `request` (serving_default's raw inputs) with the
       same answers as the task preprocessor's `serve` on the live model.
+      On JAX and PyTorch, where the model runs outside TensorFlow's graph,
+      `serve` on the live model and on the loaded one agree instead (the
+      export of such a model is tested in tests/backend).
 
     A model that is not trained (an embedder: `trains=False`) skips `fit`.
     Returns `(restored, predictions)`.
@@ -114,10 +138,13 @@ def run_task_test(model, x, y, tmp_path, batch_size=2, dataset=None, request=Non
     assert_all_close(restored.predict(predict_x, batch_size=batch_size, verbose=0), predictions, atol=1e-5)
 
     if request is not None:
-        exported = tf.saved_model.load(kbert.export(model, os.path.join(tmp_path, "export")))
-        served = exported.signatures["serving_default"](**{k: tf.constant(v) for k, v in request.items()})
         texts = [tf.constant(request[name]) for name, _ in model.preprocessor.serving_inputs()]
         expected = model.preprocessor.serve(model, *texts)
+        if BACKEND == "tensorflow":
+            exported = tf.saved_model.load(kbert.export(model, os.path.join(tmp_path, "export")))
+            served = exported.signatures["serving_default"](**{k: tf.constant(v) for k, v in request.items()})
+        else:
+            served = restored.preprocessor.serve(restored, *texts)
         assert sorted(served) == sorted(expected)
         assert_all_close(served, expected, atol=1e-5)
     return restored, predictions

@@ -1,7 +1,12 @@
+import keras
 import numpy as np
 import pytest
 
 from kbert.optimization import BertAdamW, WarmupLinearDecay, bert_adamw
+from tests.test_case import BACKEND
+
+# The schedule and the optimizer are backend code (kbert.backend.AdamW): all of it runs on every backend.
+pytestmark = pytest.mark.all_backends
 
 
 def rates(schedule, steps):
@@ -37,8 +42,6 @@ def test_config_round_trip_keeps_the_window():
 
 @pytest.mark.parametrize("name, excluded", [("dense/kernel", False), ("dense/bias", True), ("layer_norm/gamma", True)])
 def test_adamw_skips_weight_decay_on_biases_and_layer_norm(name, excluded):
-    import keras
-
     optimizer = BertAdamW.from_config(bert_adamw(1e-4).get_config())
     variable = keras.Variable(np.ones(3), name=name.split("/")[1])
     variable._path = name  # what Keras matches the exclusions against
@@ -47,10 +50,7 @@ def test_adamw_skips_weight_decay_on_biases_and_layer_norm(name, excluded):
 
 @pytest.mark.parametrize("gradient_accumulation_steps", [None, 2])
 def test_adamw_updates_as_keras_adamw_does(gradient_accumulation_steps):
-    """kbert's one-kernel Adam update gives keras' weights, moments included, step after step."""
-    import keras
-    import tensorflow as tf
-
+    """kbert's update (TensorFlow's one kernel, PyTorch's multi-tensor one) gives keras' weights and moments, step after step."""
     rng = np.random.default_rng(0)
     start = [rng.normal(size=(5, 3)).astype("float32"), rng.normal(size=(3,)).astype("float32"),
              rng.normal(size=(7, 3)).astype("float32")]
@@ -64,12 +64,33 @@ def test_adamw_updates_as_keras_adamw_does(gradient_accumulation_steps):
     for optimizer in (fused, reference):
         variables = [keras.Variable(w, name=n) for w, n in zip(start, names)]
         for step in range(4):
-            gradients = [tf.constant(rng_step.normal(size=w.shape).astype("float32"))
+            gradients = [keras.ops.convert_to_tensor(rng_step.normal(size=w.shape).astype("float32"))
                          for rng_step in [np.random.default_rng(step)] for w in start]
-            # The embedding's gradient arrives as rows, as a lookup's does.
-            gradients[2] = tf.IndexedSlices(gradients[2][:2], tf.constant([1, 4]), tf.constant([7, 3]))
+            if BACKEND == "tensorflow":
+                import tensorflow as tf
+
+                # The embedding's gradient arrives as rows, as a lookup's does.
+                gradients[2] = tf.IndexedSlices(gradients[2][:2], tf.constant([1, 4]), tf.constant([7, 3]))
             optimizer.apply_gradients(zip(gradients, variables))
         runs.append([v.numpy() for v in variables + optimizer._momentums + optimizer._velocities])
     for got, expected in zip(*runs):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(runs[0][0], start[0])
+
+
+def test_the_window_is_optimizer_state_but_not_saved():
+    """A compiled step reads the window as the optimizer's state; `.keras` files keep it in the config."""
+    optimizer = bert_adamw(1e-3)
+    schedule = optimizer._learning_rate
+    assert all(any(v is w for w in optimizer.variables) for v in schedule.variables)
+    variables = [keras.Variable(np.ones((2, 2), "float32"), name="kernel")]
+    optimizer.build(variables)
+    store = {}
+    optimizer.save_own_variables(store)
+    assert len(store) == len(optimizer.variables) - len(schedule.variables)
+    restored = bert_adamw(1e-3)
+    restored.build(variables)
+    restored.load_own_variables(store)
+    for saved, loaded in zip([v for v in optimizer.variables if not any(v is w for w in schedule.variables)],
+                             [v for v in restored.variables if not any(v is w for w in restored._learning_rate.variables)]):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(saved), keras.ops.convert_to_numpy(loaded))

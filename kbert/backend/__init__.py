@@ -10,6 +10,8 @@ three:
 | `transformer_block` (BERT's post-LayerNorm block) | 2-D TF ops that the grappler remapper fuses into oneDNN kernels | `keras.ops`, attention through `jax.nn.dot_product_attention` (cuDNN's fused kernel on a GPU) | `keras.ops`, attention through `scaled_dot_product_attention` |
 | `AdamW` (the base of `kbert.optimization.BertAdamW`) | TensorFlow's one-kernel Adam update | keras' AdamW (XLA fuses it into the step) | keras' multi-tensor (`torch._foreach`) AdamW |
 | `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad` | `torch.autograd.grad` |
+| `COMPILES_EACH_SHAPE` (batches padded to few widths) | no: one graph for all widths | yes: XLA compiles each | no: eager |
+| `random_state`, `restore_random_state` (kept by backups) | none: Keras' seed generators | none: Keras' seed generators | PyTorch's generators, which its dropout draws from |
 
 Each backend's module gives these names; this module re-exports the ones of
 the backend Keras runs on. Each fast path is tested equal to the portable
@@ -21,17 +23,37 @@ import keras
 BACKEND = keras.config.backend()
 
 if BACKEND == "tensorflow":
-    from kbert.backend.tensorflow import AdamW, gradient_function, transformer_block
+    from kbert.backend.tensorflow import (
+        COMPILES_EACH_SHAPE,
+        AdamW,
+        gradient_function,
+        random_state,
+        restore_random_state,
+        transformer_block,
+    )
 elif BACKEND == "jax":
-    from kbert.backend.jax import AdamW, gradient_function, transformer_block
+    from kbert.backend.jax import (
+        COMPILES_EACH_SHAPE,
+        AdamW,
+        gradient_function,
+        random_state,
+        restore_random_state,
+        transformer_block,
+    )
 elif BACKEND == "torch":
-    from kbert.backend.torch import AdamW, gradient_function, transformer_block
+    from kbert.backend.torch import (
+        COMPILES_EACH_SHAPE,
+        AdamW,
+        gradient_function,
+        random_state,
+        restore_random_state,
+        transformer_block,
+    )
 else:
     raise ImportError(
         f"kbert runs on Keras' tensorflow, jax and torch backends, not {BACKEND!r}: set "
         "KERAS_BACKEND to one of them."
     )
-
 
 
 class LayersBeforeInit:
@@ -52,4 +74,13 @@ class LayersBeforeInit:
             super().__setattr__(name, value)
 
 
-__all__ = ["AdamW", "BACKEND", "LayersBeforeInit", "gradient_function", "transformer_block"]
+__all__ = [
+    "BACKEND",
+    "COMPILES_EACH_SHAPE",
+    "AdamW",
+    "LayersBeforeInit",
+    "gradient_function",
+    "random_state",
+    "restore_random_state",
+    "transformer_block",
+]

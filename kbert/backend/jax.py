@@ -7,6 +7,10 @@ import jax.numpy as jnp
 import keras
 
 from kbert.backend import portable
+from kbert.backend.portable import random_state, restore_random_state  # noqa: F401 (the seam's)
+
+# XLA compiles the step for each batch shape: batches are padded to few widths.
+COMPILES_EACH_SHAPE = True
 
 # cuDNN's fused attention takes half-precision inputs and heads of up to 128
 # values, a multiple of 8 (cuDNN's frontend documents the limits).

@@ -79,3 +79,16 @@ def explicit_attention(query, key, value, padding_mask, dropout, training):
     probabilities = ops.softmax(scores, axis=-1)
     context = ops.matmul(dropout(probabilities, training=training), value)
     return ops.transpose(context, (0, 2, 1, 3)), probabilities
+
+
+def random_state():
+    """The backend's own random state outside Keras' seed generators: none (TensorFlow, JAX).
+
+    Keras' `SeedGenerator`s, which drop out on these backends, are variables
+    of the model, saved with its weights.
+    """
+    return None
+
+
+def restore_random_state(state):
+    """Puts back what `random_state` gave (nothing to do here)."""

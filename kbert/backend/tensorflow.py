@@ -5,6 +5,11 @@ import math
 import keras
 import tensorflow as tf
 
+from kbert.backend.portable import random_state, restore_random_state  # noqa: F401 (the seam's)
+
+# Keras' step is a `tf.function` that takes batches of any width without retracing.
+COMPILES_EACH_SHAPE = False
+
 
 def transformer_block(block, inputs, padding_mask=None, training=None, return_attention_scores=False):
     """BERT's post-LayerNorm Transformer block on `block`'s variables, in a graph CPUs run fast.

@@ -1,23 +1,32 @@
 """kbert's fast paths on the PyTorch backend: attention through `scaled_dot_product_attention`."""
 
+import base64
+
 import keras
 import torch
 
 from kbert.backend import portable
 
+# PyTorch runs eagerly: a batch of any width costs no compilation.
+COMPILES_EACH_SHAPE = False
+
 
 def dot_product_attention(query, key, value, padding_mask, dropout, training):
-    """Attention on `(batch, sequence, heads, head_dim)` tensors with PyTorch's fused kernel.
+    """Attention on `(batch, sequence, heads, head_dim)` tensors with PyTorch's fused kernel; None where it must be explicit.
 
     `scaled_dot_product_attention` picks a flash, memory-efficient or cuDNN
-    kernel where one fits (the padding mask rules out the flash kernel), and
-    drops out attention probabilities itself in training, with PyTorch's
-    generator (which `keras.utils.set_random_seed` seeds).
+    kernel where one fits (the padding mask rules out the flash kernel). It
+    could drop out attention probabilities itself, but with PyTorch's
+    generator, whose state Keras neither seeds per layer nor saves: a
+    training step with attention dropout computes attention explicitly
+    (`portable.explicit_attention`), so that dropout follows Keras' seed
+    generators, which backups restore (an exact resume).
     """
+    if training and dropout.rate > 0:
+        return None
     mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
-    rate = dropout.rate if training else 0.0
     context = torch.nn.functional.scaled_dot_product_attention(
-        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask, dropout_p=rate
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask
     )
     return context.transpose(1, 2)
 
@@ -37,6 +46,30 @@ def gradient_function(loss, variables):
         return list(torch.autograd.grad(loss(*args), values, allow_unused=True))
 
     return gradients
+
+
+def random_state():
+    """PyTorch's generators' states, as base64 text: the CPU's, then each GPU's.
+
+    Keras' dropout on PyTorch draws from PyTorch's global generator (a layer
+    without a seed of its own), which `keras.utils.set_random_seed` seeds but
+    no model variable holds: a backup keeps it, so that a resumed run draws
+    the masks of an uninterrupted one.
+    """
+    states = [torch.random.get_rng_state()]
+    if torch.cuda.is_available():
+        states += torch.cuda.get_rng_state_all()
+    return [base64.b64encode(state.numpy().tobytes()).decode("ascii") for state in states]
+
+
+def restore_random_state(state):
+    """Puts back what `random_state` gave; a state of another machine's GPUs leaves theirs as they are."""
+    if not state:
+        return
+    tensors = [torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8) for text in state]
+    torch.random.set_rng_state(tensors[0])
+    if torch.cuda.is_available() and len(tensors) - 1 == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(tensors[1:])
 
 
 def _adamw():

@@ -7,6 +7,7 @@ import re
 import keras
 
 from kbert.atomic_files import remove_temporary_files, write_atomically
+from kbert.backend import random_state, restore_random_state
 from kbert.distribute import all_workers, is_chief, model_strategy, remove_worker_directory, worker_directory
 from kbert.optimization import batches_trained
 
@@ -105,6 +106,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._batches_skipped = 0
         self._batch_offset = 0
         self._first_step = 0
+        self._random_state = None
         self.verbose = bool(verbose)
 
     def peek(self):
@@ -136,6 +138,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None):
         self._epoch_begun = False
+        self._random_state = None
         self._write_dir = worker_directory(self.backup_dir, model_strategy(self.model))
         position = self.peek()
         found = all_workers(-1 if position is None else position["step"], model_strategy(self.model))
@@ -161,6 +164,10 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             optimizer.build(self.model.trainable_variables)
         self.model.load_weights(weights)
         restored_seeds = self._restore_seed_generators(position.get("seed_generators"))
+        # At the first batch: starting an epoch's data may draw from the
+        # backend's generator (a PyTorch DataLoader does), as it did before
+        # the backup in the run that made it.
+        self._random_state = position.get("random_state")
         self.model._initial_epoch = position["epoch"]
         if self.verbose:
             print(f"Resuming from the backup in {self.backup_dir} at step {position['step']} "
@@ -168,6 +175,11 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                   + ("" if restored_seeds else "; its random state (dropout) was not saved, so "
                      "the rest of the run draws other dropout masks than an uninterrupted one")
                   + ".", flush=True)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._random_state is not None:
+            restore_random_state(self._random_state)
+            self._random_state = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -211,6 +223,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                     [variable.path, [int(v) for v in keras.ops.convert_to_numpy(variable)]]
                     for variable in _seed_generator_states(self.model)
                 ],
+                # The backend's own generators, where its dropout draws from them (PyTorch).
+                "random_state": random_state(),
             }
         )
         self._remove_stale_files(keep=weights_file)

@@ -4,6 +4,8 @@ import math
 
 import tensorflow as tf
 
+from kbert.backend import COMPILES_EACH_SHAPE
+
 DEFAULT_BATCH_SIZE = 32
 # Training batches are cut from groups of this many batches sorted by length
 # (similar lengths share a batch, so little of each batch is padding).
@@ -31,8 +33,9 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
     3. each batch goes through the preprocessor's forward step in parallel
        (`num_parallel_calls=AUTOTUNE`): tokenizing, packing, targets;
     4. batches are padded only to their longest example, rounded up to a
-       multiple of `PAD_TO_MULTIPLE` (for tasks whose outputs do not depend
-       on padding), and prefetched.
+       multiple of `PAD_TO_MULTIPLE` (on JAX to a power of two: see
+       `padded_length`; for tasks whose outputs do not depend on padding),
+       and prefetched.
 
     Under a `tf.distribute` strategy of several workers, each worker takes
     its part of every batch (data sharding): all workers must read the same
@@ -128,9 +131,19 @@ def _model_input_batches(preprocessor, batches, batch_size, examples=None, group
     return mapped.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
-def padded_length(longest):
-    """The width a batch is padded to: its longest example, rounded up to `PAD_TO_MULTIPLE`."""
-    return -(-longest // PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE
+def padded_length(longest, compiles_each_shape=COMPILES_EACH_SHAPE):
+    """The width a batch is padded to: its longest example, rounded up to `PAD_TO_MULTIPLE`.
+
+    On a backend that compiles its step for each batch shape (JAX), to the
+    next power of two instead: 8, 16, 32, ..., so that a training run
+    compiles a handful of steps, not one per width.
+    """
+    if not compiles_each_shape:
+        return -(-longest // PAD_TO_MULTIPLE) * PAD_TO_MULTIPLE
+    longest = tf.cast(tf.maximum(tf.cast(longest, tf.int32), PAD_TO_MULTIPLE), tf.float64)
+    # log2 of `longest - 0.5`: an exact power of two stays itself whatever the round-off.
+    exponent = tf.math.ceil(tf.math.log(longest - 0.5) / math.log(2.0))
+    return tf.cast(tf.pow(tf.constant(2.0, tf.float64), exponent), tf.int32)
 
 
 def cut_padding(features, *rest):
@@ -151,8 +164,9 @@ def sort_into_batches(groups, lengths, batch_size):
 
     def sort_by_length(*element):
         order = tf.argsort(lengths(*element), stable=True)
-        element = tf.nest.map_structure(lambda value: tf.gather(value, order), element)
-        return element if len(element) > 1 else element[0]
+        # The element's structure as it is: a 1-tuple of text pairs stays one
+        # (unwrapped, its second texts would pass for targets).
+        return tf.nest.map_structure(lambda value: tf.gather(value, order), element)
 
     examples = groups.map(sort_by_length, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
     ragged = any(isinstance(spec, tf.RaggedTensorSpec) for spec in tf.nest.flatten(groups.element_spec))

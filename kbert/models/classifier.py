@@ -174,7 +174,7 @@ class Classifier(TaskModel):
             predictions = self.predict(x, batch_size=batch_size, verbose=0).argmax(axis=-1)
             return self._report(y, predictions, positive_class)
         labels, predictions = [], []
-        for batch in self._task_dataset(x, y, batch_size=batch_size):
+        for batch in self._task_dataset(x, y, batch_size=batch_size).as_numpy_iterator():
             if not isinstance(batch, tuple) or len(batch) < 2:
                 raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
             features, batch_labels = batch[0], batch[1]

@@ -1,12 +1,16 @@
 """`kbert.export`: a task model as a versioned SavedModel that TF Serving serves on raw text."""
 
+import json
 import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 
+import keras
 import tensorflow as tf
 
 from kbert.serving import op_allowlist
@@ -69,6 +73,10 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     files `rw-r--r--`), so a model server running as another user can read
     them.
 
+    The SavedModel is TensorFlow's format: on the JAX and PyTorch backends
+    the model is saved as a `.keras` file and exported by a TensorFlow
+    process (`KERAS_BACKEND=tensorflow`), with the same result.
+
     Args:
         model: a kbert task model.
         directory: the model's folder, e.g. `"saved_models/spam"`.
@@ -99,6 +107,8 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     TensorShape([1, 2])
     """
     directory = os.fspath(directory)
+    if keras.config.backend() != "tensorflow":
+        return _export_in_tensorflow(model, directory, version, overwrite, text_pairs)
     module = ServingModule(model, text_pairs=text_pairs)  # fails early on a model it cannot serve
     os.makedirs(directory, exist_ok=True)
     _remove_stale_work_folders(directory)
@@ -123,6 +133,43 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+_EXPORT_COMMAND = "import sys; from kbert.serving.exporter import export_file; export_file(sys.argv[1])"
+# The errors an export in a TensorFlow process raises as they are, by name.
+_EXPORT_ERRORS = {error.__name__: error for error in (ValueError, TypeError, FileExistsError, FileNotFoundError)}
+
+
+def _export_in_tensorflow(model, directory, version, overwrite, text_pairs):
+    """`export` of a model of another backend: its `.keras` file, exported by a TensorFlow process."""
+    arguments = {"directory": directory, "version": version, "overwrite": overwrite, "text_pairs": text_pairs}
+    with tempfile.TemporaryDirectory(prefix="kbert-export-") as folder:
+        arguments["model"] = os.path.join(folder, "model.keras")
+        model.save(arguments["model"])
+        environment = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+        result = subprocess.run(
+            [sys.executable, "-c", _EXPORT_COMMAND, json.dumps(arguments)],
+            env=environment, capture_output=True, text=True,
+        )
+    lines = result.stdout.strip().splitlines()
+    answer = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if "path" in answer:
+        return answer["path"]
+    if "error" in answer:
+        raise _EXPORT_ERRORS.get(answer["error"], RuntimeError)(answer["message"])
+    raise RuntimeError(f"The TensorFlow process exporting the model failed:\n{result.stderr[-3000:]}")
+
+
+def export_file(arguments):
+    """`export` of the `.keras` file in `arguments` (JSON of `export`'s, and `model`), printed as JSON: the path or the error."""
+    import kbert
+
+    arguments = json.loads(arguments)
+    try:
+        model = kbert.load_model(arguments.pop("model"))
+        print(json.dumps({"path": export(model, **arguments)}))
+    except tuple(_EXPORT_ERRORS.values()) as error:
+        print(json.dumps({"error": type(error).__name__, "message": str(error)}))
 
 
 def versions(directory):

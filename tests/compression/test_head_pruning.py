@@ -6,7 +6,7 @@ import tensorflow as tf
 import kbert
 from kbert.compression import head_importance, least_important_heads, mask_heads, prune_heads
 from kbert.data import task_dataset
-from tests.test_case import TINY_VOCABULARY, assert_all_close, run_task_test, tiny_encoder_kwargs
+from tests.test_case import assert_all_close, numpy, run_task_test, tiny_encoder_kwargs, TINY_VOCABULARY
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"]
 LABELS = [1, 0, 1, 0]
@@ -33,7 +33,7 @@ def encoder_inputs():
 def logits(model):
     """The model's logits on TEXTS, called directly (faster than `predict` for a new model)."""
     (features, _), = list(task_dataset(model.preprocessor, TEXTS, LABELS, batch_size=len(TEXTS)))
-    return model(features, training=False).numpy()
+    return numpy(model(features, training=False))
 
 
 def output_kernel(encoder, layer):
@@ -62,9 +62,9 @@ def test_output_kernel_gradient_is_the_head_mask_gradient():
     kernel = attention._output_dense.kernel
     with tf.GradientTape(persistent=True) as tape:
         loss = tf.reduce_sum(masked_forward() * weights)
-    mask_gradient = tape.gradient(loss, xi).numpy()
+    mask_gradient = numpy(tape.gradient(loss, xi))
     kernel_gradient = tape.gradient(loss, kernel)
-    from_kernel = tf.reduce_sum(kernel_gradient * kernel, axis=[1, 2]).numpy()
+    from_kernel = numpy(tf.reduce_sum(kernel_gradient * kernel, axis=[1, 2]))
     assert np.abs(mask_gradient).min() > 1e-3  # a real test: no head's gradient vanishes
     np.testing.assert_allclose(from_kernel, mask_gradient, rtol=1e-4, atol=1e-5)
 
@@ -84,7 +84,7 @@ def test_importance_is_the_loss_derivative_in_each_heads_scale():
     eps = 1e-2
     for layer in range(2):
         kernel = output_kernel(model.encoder, layer)
-        original = kernel.numpy()
+        original = numpy(kernel)
         for head in range(4):
             values = []
             for scale in (1 + eps, 1 - eps):
@@ -106,7 +106,7 @@ def test_a_silent_head_has_no_importance_and_goes_first():
     keras.utils.set_random_seed(2)
     model = tiny_classifier()
     kernel = output_kernel(model.encoder, 1)
-    silenced = kernel.numpy()
+    silenced = numpy(kernel)
     silenced[2] = 0
     kernel.assign(silenced)
     dataset = tf.data.Dataset.from_tensor_slices((TEXTS, LABELS))
@@ -127,10 +127,10 @@ def test_pruned_computes_what_masked_computes():
     # Logits of order 1 (not BERT's initial 1e-3), so that 1e-5 is a close comparison.
     model.output_dense.kernel.assign(model.output_dense.kernel * 300)
     heads = {0: [0, 3], 1: [1]}
-    before = [w.numpy() for w in model.weights]
+    before = [numpy(w) for w in model.weights]
     pruned, masked = prune_heads(model, heads), mask_heads(model, heads)
     for weight, value in zip(model.weights, before):  # the model itself is left as it was
-        np.testing.assert_array_equal(weight.numpy(), value)
+        np.testing.assert_array_equal(numpy(weight), value)
     assert type(pruned) is kbert.Classifier and pruned.encoder.heads_per_layer == [2, 3]
     assert masked.encoder.heads_per_layer is None
     pruned_logits = logits(pruned)
@@ -139,8 +139,8 @@ def test_pruned_computes_what_masked_computes():
     assert np.abs(pruned_logits - logits(model)).max() > 1e-3  # the heads did matter
     assert_all_close(pruned.encoder(encoder_inputs()), masked.encoder(encoder_inputs()), atol=1e-5)
     # The kept heads' weights are the model's, in order.
-    query = model.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel.numpy()
-    pruned_query = pruned.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel.numpy()
+    query = numpy(model.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel)
+    pruned_query = numpy(pruned.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel)
     np.testing.assert_array_equal(pruned_query, query[:, [1, 2]])
 
     # Pruned again, with the pruned model's own head numbers; its importance has NaN past its heads.

@@ -11,7 +11,7 @@ from kbert.compression import (
     masked_mean_squared_error,
     uniform_layer_map,
 )
-from tests.test_case import tiny_encoder_kwargs
+from tests.test_case import numpy, tiny_encoder_kwargs
 
 INPUTS = {
     "token_ids": np.array([[2, 5, 7, 9, 3, 0], [2, 6, 3, 0, 0, 0]], "int32"),
@@ -72,13 +72,13 @@ def test_encoder_states_are_the_encoders_own(architecture):
     outputs = encoder(INPUTS, training=False)
     assert len(states["hidden_states"]) == len(states["attention_scores"]) == encoder.num_layers
     for mine, its in zip(states["hidden_states"], outputs["encoder_outputs"]):
-        np.testing.assert_allclose(mine.numpy(), its.numpy(), atol=1e-5)
+        np.testing.assert_allclose(numpy(mine), numpy(its), atol=1e-5)
     np.testing.assert_allclose(
-        states["embeddings"].numpy(),
-        encoder.embed(INPUTS["token_ids"], INPUTS["segment_ids"], training=False).numpy(),
+        numpy(states["embeddings"]),
+        numpy(encoder.embed(INPUTS["token_ids"], INPUTS["segment_ids"], training=False)),
     )
     for mine, logged in zip(states["attention_scores"], attention_scores(encoder, INPUTS)):
-        np.testing.assert_allclose(mine.numpy(), logged, atol=1e-6)
+        np.testing.assert_allclose(numpy(mine), logged, atol=1e-6)
     assert "attention_scores" not in encoder_states(encoder, INPUTS, attention=False)
 
 
@@ -93,7 +93,7 @@ def test_encoder_states_are_differentiable_in_a_graph():
             total += tf.reduce_sum(states["hidden_states"][-1])
         return tape.gradient(total, encoder.transformer_layers[0].trainable_variables)
 
-    assert all(g is not None and np.isfinite(g.numpy()).all() for g in gradients())
+    assert all(g is not None and np.isfinite(numpy(g)).all() for g in gradients())
 
 
 def test_masked_mean_squared_error_leaves_padding_out():

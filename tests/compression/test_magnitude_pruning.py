@@ -9,7 +9,7 @@ import kbert
 from kbert.compression.magnitude_pruning import sparsity_at_step
 from kbert.compression.sparsity import prunable_kernels
 from tests.callbacks.event_files import scalars
-from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"] * 2
 LABELS = [1, 0, 1, 0] * 2
@@ -44,7 +44,7 @@ def fit(model, epochs=2, callbacks=()):
 
 
 def kernels(model):
-    return [kernel.numpy() for _, _, kernel in prunable_kernels(model.encoder)]
+    return [numpy(kernel) for _, _, kernel in prunable_kernels(model.encoder)]
 
 
 def zero_fractions(model):
@@ -54,7 +54,7 @@ def zero_fractions(model):
 def other_weights(model):
     """Every weight of the model that is not a prunable kernel, by path."""
     pruned = {id(kernel) for _, _, kernel in prunable_kernels(model.encoder)}
-    return {weight.path: weight.numpy() for weight in model.weights if id(weight) not in pruned}
+    return {weight.path: numpy(weight) for weight in model.weights if id(weight) not in pruned}
 
 
 class RecordZeros(keras.callbacks.Callback):
@@ -227,7 +227,7 @@ def test_sparsity_survives_training_saving_loading_and_export(model, tmp_path):
         assert any(value.shape == kernel.shape and np.array_equal(value, kernel) for value in saved)
         assert np.mean(kernel == 0) == pytest.approx(0.5, abs=1e-3)
     served = tf.saved_model.load(exported).signatures["serving_default"](text=tf.constant(TEXTS[:2]))
-    np.testing.assert_allclose(served["probabilities"].numpy(), restored.predict_proba(TEXTS[:2], verbose=0),
+    np.testing.assert_allclose(numpy(served["probabilities"]), restored.predict_proba(TEXTS[:2], verbose=0),
                                atol=1e-5)
 
 

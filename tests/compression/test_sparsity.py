@@ -4,7 +4,7 @@ import pytest
 
 import kbert
 from kbert.compression.sparsity import KERNEL_NAMES, prunable_kernels
-from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
 
 
 def tiny_classifier(architecture="bert"):
@@ -17,7 +17,7 @@ def zero_some(model, fractions):
     """Sets the first `fractions[kernel name]` of every such kernel's weights to 0; returns the counts."""
     zeroed = {}
     for block, name, kernel in prunable_kernels(model.encoder):
-        value = kernel.numpy().ravel()
+        value = numpy(kernel).ravel()
         count = int(fractions.get(name, 0.0) * value.size)
         value[:count] = 0
         kernel.assign(value.reshape(kernel.shape))
@@ -38,7 +38,7 @@ def test_a_fresh_encoder_has_no_sparsity_and_counts_every_weight():
         assert block["kernels"]["intermediate"]["total"] == hidden * intermediate
     assert report["encoder_parameters"] == encoder.count_params()
     # Biases and LayerNorm betas start at 0.
-    zeros = sum(int(np.sum(weight.numpy() == 0)) for weight in encoder.weights)
+    zeros = sum(int(np.sum(numpy(weight) == 0)) for weight in encoder.weights)
     assert report["encoder_nonzero"] == encoder.count_params() - zeros
 
 

@@ -32,6 +32,19 @@ def test_batches_are_model_inputs_with_targets_and_a_known_length():
     assert weighted[0][2].numpy().tolist() == [1, 2, 3, 4, 5]
 
 
+def test_shuffled_text_pairs_without_targets_stay_pairs():
+    """Grouping by length keeps a pair whole: its second texts never pass for targets."""
+    from kbert.preprocessing.task_preprocessor import TaskPreprocessor
+
+    packer = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 16)
+    pairs = (TEXTS, TEXTS[::-1])
+    for shuffle in (False, True):
+        dataset = kbert.data.task_dataset(TaskPreprocessor(packer), pairs, batch_size=2, shuffle=shuffle)
+        assert isinstance(dataset.element_spec, dict)  # model inputs alone
+        segments = np.concatenate([batch["segment_ids"].numpy().ravel() for batch in dataset])
+        assert set(segments.tolist()) == {0, 1}
+
+
 def test_shuffled_batches_hold_similar_lengths_and_every_example_once():
     preprocessor = classifier_preprocessor(sequence_length=64)
     rng = np.random.default_rng(0)
@@ -75,4 +88,6 @@ def test_preprocessed_datasets_pass_through_and_labels_in_a_dataset_are_not_doub
 def test_cut_padding_keeps_an_empty_request_valid():
     inputs = {"padding_mask": tf.zeros([0, 16], tf.int32), "token_ids": tf.zeros([0, 16], tf.int32)}
     assert cut_padding(inputs)["token_ids"].shape == (0, 8)
-    assert [padded_length(n) for n in (1, 8, 9)] == [8, 8, 16]
+    assert [padded_length(n, compiles_each_shape=False) for n in (1, 8, 9, 17)] == [8, 8, 16, 24]
+    # Where each width compiles a step (JAX): powers of two.
+    assert [int(padded_length(n, compiles_each_shape=True)) for n in (1, 8, 9, 17, 64, 65)] == [8, 8, 16, 32, 64, 128]

@@ -7,11 +7,12 @@ import pytest
 import kbert
 from tests.test_case import (
     ARCHITECTURES,
-    TINY_VOCABULARY,
     assert_all_close,
+    numpy,
     run_config_round_trip,
     run_task_test,
     tiny_encoder_kwargs,
+    TINY_VOCABULARY,
 )
 
 TEXTS = ["the cat sat on the mat", "a good film", "free prize now!", "see"]
@@ -31,9 +32,10 @@ def embed(embedder, texts, output="sentence_embedding"):
 def encoder_outputs(encoder, preprocessor, texts):
     inputs = preprocessor(texts)
     outputs = encoder(inputs, training=False)
-    return inputs["padding_mask"].numpy(), keras.tree.map_structure(np.asarray, outputs)
+    return numpy(inputs["padding_mask"]), keras.tree.map_structure(np.asarray, outputs)
 
 
+@pytest.mark.all_backends
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_task_harness(tmp_path, architecture):
     encoder, preprocessor = tiny_parts(architecture=architecture)

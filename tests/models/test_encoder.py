@@ -7,7 +7,13 @@ import tensorflow as tf
 import kbert
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.presets import PRESETS, encoder_parameter_count, parameter_count
-from tests.test_case import TINY_VOCABULARY, assert_all_close, run_config_round_trip, tiny_encoder_kwargs
+from tests.test_case import (
+    assert_all_close,
+    numpy,
+    run_config_round_trip,
+    tiny_encoder_kwargs,
+    TINY_VOCABULARY,
+)
 
 
 def encoder_inputs(batch=2, length=6, vocabulary_size=27, seed=0):
@@ -33,8 +39,8 @@ def test_outputs_are_named_and_shaped():
     np.testing.assert_allclose(outputs["encoder_outputs"][-1], outputs["sequence_output"])
     # The pooler is a tanh dense layer on the first token.
     pooled = np.tanh(
-        outputs["sequence_output"][:, 0, :].numpy() @ encoder.pooler_dense.kernel.numpy()
-        + encoder.pooler_dense.bias.numpy()
+        numpy(outputs["sequence_output"][:, 0, :]) @ numpy(encoder.pooler_dense.kernel)
+        + numpy(encoder.pooler_dense.bias)
     )
     np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5)
 
@@ -49,8 +55,8 @@ def test_padding_does_not_change_real_tokens():
     short = encoder_inputs(batch=1, length=5)
     short["padding_mask"][:] = 1
     padded = {name: np.pad(value, [(0, 0), (0, 3)]) for name, value in short.items()}
-    a = encoder(short)["sequence_output"].numpy()
-    b = encoder(padded)["sequence_output"].numpy()[:, :5]
+    a = numpy(encoder(short)["sequence_output"])
+    b = numpy(encoder(padded)["sequence_output"])[:, :5]
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
@@ -174,12 +180,12 @@ def test_shared_layers_are_one_set_of_variables():
     assert len(encoder.transformer_layers) == 1
     assert all(blocks == encoder.transformer_layers for blocks in encoder.layer_blocks)
     inputs = encoder_inputs()
-    before = [x.numpy() for x in encoder(inputs)["encoder_outputs"]]
+    before = [numpy(x) for x in encoder(inputs)["encoder_outputs"]]
     assert len(before) == 4
     # One change to the shared weights changes every layer's output.
     kernel = encoder.transformer_layers[0]._feedforward_output_dense.kernel
-    kernel.assign(kernel.numpy() * 1.5)
-    after = [x.numpy() for x in encoder(inputs)["encoder_outputs"]]
+    kernel.assign(numpy(kernel) * 1.5)
+    after = [numpy(x) for x in encoder(inputs)["encoder_outputs"]]
     for old, new in zip(before, after):
         assert np.abs(old - new).max() > 1e-3
 

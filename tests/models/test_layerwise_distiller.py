@@ -6,7 +6,7 @@ import tensorflow as tf
 import kbert
 from kbert.callbacks.attention_map_logger import attention_scores
 from tests.callbacks.event_files import scalars
-from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
 
 TEXTS = [
     "the cat sat on the mat", "a good film", "free prize now !", "see you soon",
@@ -80,8 +80,8 @@ def test_a_copy_of_the_student_as_teacher_gives_zero_losses():
 
 
 def numpy_states(model, inputs):
-    embeddings = model.embed(inputs["token_ids"], inputs["segment_ids"], training=False).numpy()
-    hidden = [h.numpy() for h in model(inputs, training=False)["encoder_outputs"]]
+    embeddings = numpy(model.embed(inputs["token_ids"], inputs["segment_ids"], training=False))
+    hidden = [numpy(h) for h in model(inputs, training=False)["encoder_outputs"]]
     return embeddings, hidden, attention_scores(model, inputs)
 
 
@@ -110,7 +110,7 @@ def test_loss_parts_equal_a_numpy_computation(student_heads):
     student_embeddings, student_hidden, student_attention = numpy_states(student, inputs)
 
     def project(projection, x):
-        kernel, bias = (w.numpy() for w in projection.weights)
+        kernel, bias = (numpy(w) for w in projection.weights)
         return x @ kernel + bias
 
     expected = {
@@ -139,7 +139,7 @@ def test_training_reduces_every_part_and_brings_the_student_closer(tmp_path):
     sharpen_attention(teacher)
     student = encoder(hidden_dim=8, dropout=0.0)
     teacher_before = [w.copy() for w in teacher.get_weights()]
-    pooler_before = [w.numpy().copy() for w in student.pooler_dense.weights]
+    pooler_before = [numpy(w).copy() for w in student.pooler_dense.weights]
     distiller = kbert.LayerwiseDistiller(teacher, student, preprocessor=packer())
     distiller.compile(learning_rate=3e-2)
     inputs = batch()
@@ -156,14 +156,14 @@ def test_training_reduces_every_part_and_brings_the_student_closer(tmp_path):
 
     # The student's own last layer, projected, is nearer the teacher's.
     mask = inputs["padding_mask"]
-    target = teacher(inputs)["sequence_output"].numpy()
-    moved = distiller.hidden_projection(student(inputs)["sequence_output"]).numpy()
+    target = numpy(teacher(inputs)["sequence_output"])
+    moved = numpy(distiller.hidden_projection(student(inputs)["sequence_output"]))
     assert numpy_mse(moved, target, mask) < numpy_mse(np.zeros_like(target), target, mask)
     # The teacher and the student's pooler are left as they were.
     for was, now in zip(teacher_before, teacher.get_weights()):
         np.testing.assert_array_equal(was, now)
     for was, now in zip(pooler_before, student.pooler_dense.weights):
-        np.testing.assert_array_equal(was, now.numpy())
+        np.testing.assert_array_equal(was, numpy(now))
 
     # Each part is a scalar of its own in TensorBoard, equal to the logs.
     train = scalars(tmp_path / "train")
@@ -192,7 +192,7 @@ def test_task_models_give_their_encoder_and_packer_and_datasets_and_pairs_fit():
     assert "val_hidden_loss" in history.history
     assert int(distiller.optimizer.iterations) == 6
     packed = next(iter(distiller.text_dataset(pairs, batch_size=4)))
-    assert set(packed["segment_ids"].numpy().ravel()) == {0, 1}
+    assert set(numpy(packed["segment_ids"]).ravel()) == {0, 1}
     # Batches are padded to their longest text (rounded up to 8), not to the sequence length.
     assert next(iter(distiller.text_dataset(["a cat"], batch_size=1)))["token_ids"].shape == (1, 8)
 
@@ -215,7 +215,7 @@ def test_config_and_keras_file_round_trip(tmp_path):
     # The optimizer comes back with its state, ready to go on.
     assert int(loaded.optimizer.iterations) == 2
     for saved, restored_variable in zip(distiller.optimizer.variables, loaded.optimizer.variables):
-        np.testing.assert_array_equal(saved.numpy(), restored_variable.numpy())
+        np.testing.assert_array_equal(numpy(saved), numpy(restored_variable))
 
 
 def test_bad_arguments():

@@ -14,11 +14,12 @@ from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
 from kbert.preprocessing.question_answerer_preprocessor import keyword_examples
 from tests.test_case import (
-    TINY_VOCABULARY,
     assert_all_close,
+    numpy,
     run_config_round_trip,
     run_task_test,
     tiny_encoder_kwargs,
+    TINY_VOCABULARY,
 )
 
 SEQUENCE_LENGTH = 16
@@ -72,6 +73,7 @@ def trained():
     return model, train, held_out, history
 
 
+@pytest.mark.all_backends
 def test_task_harness(tmp_path):
     model = tiny_answerer()
     records = training_set()[0][:4] + [answer_record("who sat ?", LONG_CONTEXT, "dog")]
@@ -96,23 +98,23 @@ def test_long_context_gives_overlapping_windows(answerer):
         answer_ends=[dog_sat + len("dog sat"), 5],
     )
     tokenizer = answerer.preprocessor.tokenizer
-    context_ids = tokenizer([LONG_CONTEXT])[0].numpy().tolist()
-    question_ids = tokenizer(["the cat sat on the mat now"])[0].numpy().tolist()[:4]
+    context_ids = numpy(tokenizer([LONG_CONTEXT])[0]).tolist()
+    question_ids = numpy(tokenizer(["the cat sat on the mat now"])[0]).tolist()[:4]
     assert len(context_ids) == 16
     # Room for 16 - 3 - 4 = 9 context tokens; windows start at 0, 3, 6, 9.
-    assert windows["example_index"].numpy().tolist() == [0, 0, 0, 0, 1]
-    token_ids = windows["token_ids"].numpy()
+    assert numpy(windows["example_index"]).tolist() == [0, 0, 0, 0, 1]
+    token_ids = numpy(windows["token_ids"])
     for row, start in enumerate([0, 3, 6, 9]):
         piece = context_ids[start : start + 9]
         expected = [2] + question_ids + [3] + piece + [3]
         assert token_ids[row, : len(expected)].tolist() == expected
-        assert windows["segment_ids"].numpy()[row].tolist() == [0] * 6 + [1] * (len(piece) + 1) + [0] * (9 - len(piece))
-        assert windows["padding_mask"].numpy()[row].sum() == len(expected)
+        assert numpy(windows["segment_ids"])[row].tolist() == [0] * 6 + [1] * (len(piece) + 1) + [0] * (9 - len(piece))
+        assert numpy(windows["padding_mask"])[row].sum() == len(expected)
     # "dog sat" is tokens 8-9: whole in windows 1 (tokens 3-11) and 2 (6-14), cut in 0, absent in 3.
-    assert windows["start_positions"].numpy().tolist() == [0, 6 + 8 - 3, 6 + 8 - 6, 0, 4]
-    assert windows["end_positions"].numpy().tolist() == [0, 6 + 9 - 3, 6 + 9 - 6, 0, 4]
+    assert numpy(windows["start_positions"]).tolist() == [0, 6 + 8 - 3, 6 + 8 - 6, 0, 4]
+    assert numpy(windows["end_positions"]).tolist() == [0, 6 + 9 - 3, 6 + 9 - 6, 0, 4]
     # Each context position knows its characters; elsewhere -1.
-    starts, ends = windows["token_char_starts"].numpy(), windows["token_char_ends"].numpy()
+    starts, ends = numpy(windows["token_char_starts"]), numpy(windows["token_char_ends"])
     words = LONG_CONTEXT.split()
     for row, start in enumerate([0, 3, 6, 9]):
         context_part = starts[row] >= 0
@@ -124,9 +126,9 @@ def test_long_context_gives_overlapping_windows(answerer):
 def test_every_context_token_is_in_a_window(answerer):
     context = " ".join(["the cat sat on the mat ."] * 9)  # 63 tokens
     windows = answerer.preprocessor.build_windows(["who ?"], [context])
-    starts = windows["token_char_starts"].numpy()
+    starts = numpy(windows["token_char_starts"])
     covered = sorted({s for s in starts.ravel().tolist() if s >= 0})
-    tokens = answerer.preprocessor.tokenizer.tokenize_with_offsets([context])[1][0].numpy().tolist()
+    tokens = numpy(answerer.preprocessor.tokenizer.tokenize_with_offsets([context])[1][0]).tolist()
     assert covered == tokens
     # Room is 16 - 3 - 2 = 11 with a 2-token question ("who" is [UNK]): windows start at
     # 0, 3, ..., until one reaches token 62.
@@ -138,22 +140,22 @@ def test_stride_longer_than_the_room_is_cut_to_it():
     windows = model.preprocessor.build_windows(["the cat"], [LONG_CONTEXT])
     # Room 16 - 3 - 2 = 11: windows at tokens 0 and 11, nothing skipped.
     assert len(windows["token_ids"]) == 2
-    first = windows["token_char_starts"].numpy()
+    first = numpy(windows["token_char_starts"])
     assert first[1][first[1] >= 0][0] == LONG_CONTEXT.index("the mat . the film")
 
 
 def test_question_longer_than_the_window_is_truncated(answerer):
     long_question = " ".join(["the cat sat on the mat"] * 20)
     windows = answerer.preprocessor.build_windows([long_question], ["a dog"])
-    assert windows["token_ids"].numpy()[0, :8].tolist() == [2, 5, 7, 9, 10, 3, 6, 8]
+    assert numpy(windows["token_ids"])[0, :8].tolist() == [2, 5, 7, 9, 10, 3, 6, 8]
     with pytest.raises(ValueError, match=r"`max_question_length` 13 leaves no room .* use at most 12"):
         tiny_answerer(max_question_length=13)
 
 
 def test_short_empty_and_one_character_contexts(answerer):
     windows = answerer.preprocessor.build_windows(["the cat", "the cat", "the cat"], ["a", "", "  "])
-    assert windows["token_ids"].numpy()[:, :6].tolist() == [[2, 5, 7, 3, 6, 3], [2, 5, 7, 3, 3, 0], [2, 5, 7, 3, 3, 0]]
-    assert windows["token_char_starts"].numpy()[0, 4] == 0 and windows["token_char_ends"].numpy()[0, 4] == 1
+    assert numpy(windows["token_ids"])[:, :6].tolist() == [[2, 5, 7, 3, 6, 3], [2, 5, 7, 3, 3, 0], [2, 5, 7, 3, 3, 0]]
+    assert numpy(windows["token_char_starts"])[0, 4] == 0 and numpy(windows["token_char_ends"])[0, 4] == 1
 
 
 # --- Decoding ----------------------------------------------------------------
@@ -168,12 +170,12 @@ def assert_same_answers(a, b):
 
 def decode(model, windows, start_logits, end_logits):
     result = model.preprocessor.decode(tf.constant(start_logits, tf.float32), tf.constant(end_logits, tf.float32), windows)
-    return {name: value.numpy() for name, value in result.items()}
+    return {name: numpy(value) for name, value in result.items()}
 
 
 def decode_in_batches(model, windows, start_logits, end_logits, questions=8):
     """`decode`, a few questions at a time as `predict` decodes batches (all 399 at once took 10 GB)."""
-    example_index = windows["example_index"].numpy()
+    example_index = numpy(windows["example_index"])
     results = []
     for begin in range(0, len(windows["contexts"]), questions):
         rows = (example_index >= begin) & (example_index < begin + questions)
@@ -186,9 +188,9 @@ def decode_in_batches(model, windows, start_logits, end_logits, questions=8):
 
 def brute_force_candidates(model, windows, start_logits, end_logits, example):
     """Every allowed span of one question, widened to words, best score per character span, best first."""
-    starts, ends = windows["word_char_starts"].numpy(), windows["word_char_ends"].numpy()
+    starts, ends = numpy(windows["word_char_starts"]), numpy(windows["word_char_ends"])
     best = {}
-    for row in np.flatnonzero(windows["example_index"].numpy() == example):
+    for row in np.flatnonzero(numpy(windows["example_index"]) == example):
         positions = np.flatnonzero(starts[row] >= 0)
         for i in positions:
             for j in positions[(positions >= i) & (positions < i + model.preprocessor.max_answer_length)]:
@@ -220,7 +222,7 @@ def test_decoding_matches_brute_force_on_random_logits():
 
 def position(windows, row, char_start):
     """The position in window `row` of the context token that starts at `char_start`."""
-    (found,) = np.flatnonzero(windows["token_char_starts"].numpy()[row] == char_start)
+    (found,) = np.flatnonzero(numpy(windows["token_char_starts"])[row] == char_start)
     return int(found)
 
 
@@ -237,10 +239,10 @@ def hand_logits(windows, spans, low=-10.0):
 def test_answers_are_whole_words(answerer):
     context = "the cats sat, dogs sating"  # the cat ##s sat , dog ##s sat ##ing
     windows = answerer.preprocessor.build_windows(["the"], [context])
-    pieces = [context[s:e] for s, e in zip(windows["token_char_starts"][0].numpy(), windows["token_char_ends"][0].numpy()) if s >= 0]
+    pieces = [context[s:e] for s, e in zip(numpy(windows["token_char_starts"][0]), numpy(windows["token_char_ends"][0])) if s >= 0]
     assert pieces == ["the", "cat", "s", "sat", ",", "dog", "s", "sat", "ing"]
 
-    context_positions = np.flatnonzero(windows["token_char_starts"][0].numpy() >= 0)
+    context_positions = np.flatnonzero(numpy(windows["token_char_starts"][0]) >= 0)
 
     def answer(first_piece, last_piece):
         first, last = context_positions[first_piece], context_positions[last_piece]
@@ -335,10 +337,10 @@ def test_offsets_are_characters_on_non_ascii_text():
     vocabulary = TINY_VOCABULARY + ["zoe", "'", "cafe", ":", "東", "京", "naive", "ete", "ω"]
     model = tiny_answerer(vocabulary=vocabulary, sequence_length=32, max_question_length=4)
     windows = model.preprocessor.build_windows(["the cat"], [NON_ASCII_CONTEXT])
-    starts, ends = windows["token_char_starts"].numpy()[0], windows["token_char_ends"].numpy()[0]
+    starts, ends = numpy(windows["token_char_starts"])[0], numpy(windows["token_char_ends"])[0]
     pieces = [NON_ASCII_CONTEXT[s:e] for s, e in zip(starts, ends) if s >= 0]
     assert pieces == ["Zoë", "'", "s", "café", ":", "東", "京", "🤗", "naïve", "e\u0301te\u0301", "Ω", "sat", "!"]
-    tokens = [model.preprocessor.tokenizer.id_to_token(i) for i in windows["token_ids"].numpy()[0][starts >= 0]]
+    tokens = [model.preprocessor.tokenizer.id_to_token(i) for i in numpy(windows["token_ids"])[0][starts >= 0]]
     assert tokens[:8] == ["zoe", "'", "[UNK]", "cafe", ":", "東", "京", "[UNK]"]
     # Every candidate span, on random logits, maps back to exactly its text.
     rng = np.random.default_rng(1)
@@ -411,8 +413,8 @@ def test_fit_input_forms_give_the_same_windows(answerer):
     targets = batches[0][0][1]
     # "who ?" is 3 tokens ([UNK] sat ?): room 10, windows at tokens 0, 3, 6; the context
     # starts at position 5 and "dog" is token 8. "a mat" is tokens 4-5 after "on ?" (2).
-    assert targets["start_logits"].numpy().tolist() == [8 + 5, 8 - 3 + 5, 8 - 6 + 5, 4 + 4]
-    assert targets["end_logits"].numpy().tolist() == [8 + 5, 8 - 3 + 5, 8 - 6 + 5, 5 + 4]
+    assert numpy(targets["start_logits"]).tolist() == [8 + 5, 8 - 3 + 5, 8 - 6 + 5, 4 + 4]
+    assert numpy(targets["end_logits"]).tolist() == [8 + 5, 8 - 3 + 5, 8 - 6 + 5, 5 + 4]
 
 
 def test_bad_training_answers_are_named(answerer):
@@ -490,8 +492,8 @@ def test_answers_in_a_saved_model_loaded_without_kbert(trained, tmp_path):
         import tensorflow as tf, tensorflow_text  # registers the TF-Text ops
         loaded = tf.saved_model.load({path!r})
         out = loaded.answer(tf.constant({questions!r}), tf.constant({contexts!r}))
-        out["text"] = [t.decode("utf-8") for t in out["text"].numpy()]
-        print(json.dumps({{k: v if isinstance(v, list) else v.numpy().tolist() for k, v in out.items()}}))
+        out["text"] = [t.decode("utf-8") for t in numpy(out["text"])]
+        print(json.dumps({{k: v if isinstance(v, list) else numpy(v).tolist() for k, v in out.items()}}))
         print(sorted(m for m in sys.modules if m.split(".")[0] == "kbert"))
         """
     )

@@ -9,7 +9,7 @@ import tensorflow as tf
 import kbert
 from kbert.data import task_dataset
 from kbert.optimization import WarmupLinearDecay
-from tests.test_case import TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
+from tests.test_case import numpy, run_config_round_trip, run_task_test, tiny_encoder_kwargs, TINY_VOCABULARY
 
 LABELS = ["O", "B-ANIMAL", "I-ANIMAL", "B-THING", "I-THING"]
 SENTENCES = [
@@ -32,6 +32,7 @@ def tiny_tagger(sequence_length=12, **kwargs):
     return kbert.Tagger(encoder, labels=LABELS, preprocessor=preprocessor, **kwargs)
 
 
+@pytest.mark.all_backends
 def test_task_harness(tmp_path):
     model = tiny_tagger()
     dataset = tf.data.Dataset.from_generator(
@@ -69,15 +70,15 @@ def test_labels_sit_on_first_pieces_of_the_built_dataset(model):
     sentences = [["the", "cats", "sat"], ["dogs", "sitting", ""]]  # cat ##s, dog ##s, [UNK]s
     tags = [["O", "B-ANIMAL", "O"], ["B-ANIMAL", "O", "B-THING"]]
     (x, y, weight), = list(task_dataset(model.preprocessor, sentences, tags, batch_size=2))
-    tokens = [[token(model, i) for i in row] for row in x["token_ids"].numpy()]
+    tokens = [[token(model, i) for i in row] for row in numpy(x["token_ids"])]
     # Padded to the longest window rounded up to 8, not to sequence_length 10.
     assert tokens[0] == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]", "[PAD]", "[PAD]"]
     # "sitting" is not in the vocabulary: one [UNK]; the empty word gets an [UNK] too.
     assert tokens[1] == ["[CLS]", "dog", "##s", "[UNK]", "[UNK]", "[SEP]", "[PAD]", "[PAD]"]
-    np.testing.assert_array_equal(weight.numpy(), [[0, 1, 1, 0, 1, 0, 0, 0], [0, 1, 0, 1, 1, 0, 0, 0]])
-    np.testing.assert_array_equal(y.numpy(), [[0, 0, 1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 3, 0, 0, 0]])
-    np.testing.assert_array_equal(x["padding_mask"].numpy().sum(-1), [6, 6])
-    assert not x["segment_ids"].numpy().any()
+    np.testing.assert_array_equal(numpy(weight), [[0, 1, 1, 0, 1, 0, 0, 0], [0, 1, 0, 1, 1, 0, 0, 0]])
+    np.testing.assert_array_equal(numpy(y), [[0, 0, 1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 3, 0, 0, 0]])
+    np.testing.assert_array_equal(numpy(x["padding_mask"]).sum(-1), [6, 6])
+    assert not numpy(x["segment_ids"]).any()
 
 
 def test_training_batches_group_sentences_of_similar_length():
@@ -89,10 +90,10 @@ def test_training_batches_group_sentences_of_similar_length():
     assert int(dataset.cardinality()) == 20
     seen, padded = [], 0
     for x, y, weight in dataset:
-        seen.extend(weight.numpy().sum(axis=1).astype(int))
-        padded += x["padding_mask"].numpy().size
+        seen.extend(numpy(weight).sum(axis=1).astype(int))
+        padded += numpy(x["padding_mask"]).size
         # The tags stay with their words: B on the first word only.
-        assert ((y.numpy() == 1).sum(axis=1) == 1).all()
+        assert ((numpy(y) == 1).sum(axis=1) == 1).all()
     assert sorted(seen) == sorted(counts.tolist())  # every sentence once
     assert padded < 0.7 * 200 * 32  # random batches of 10 would nearly all reach 32
 
@@ -102,12 +103,12 @@ def test_long_sentence_is_split_into_windows_and_put_back():
     #         1      2+1        1     1     1      2         1    2          1
     words = ["the", "cats", "sat", "on", "the", "mats", "!", "dogs", "sat"]
     (x, y, weight), = list(task_dataset(model.preprocessor, [words], [["O"] * len(words)]))
-    tokens = [[token(model, i) for i in row if i] for row in x["token_ids"].numpy()]
+    tokens = [[token(model, i) for i in row if i] for row in numpy(x["token_ids"])]
     assert tokens == [
         ["[CLS]", "the", "cat", "##s", "sat", "on", "the", "[SEP]"],
         ["[CLS]", "mat", "##s", "!", "dog", "##s", "sat", "[SEP]"],
     ]
-    assert weight.numpy().sum() == len(words)  # every word labelled once
+    assert numpy(weight).sum() == len(words)  # every word labelled once
     # Every word gets a tag, and its scores are those of its own window.
     (logits,) = model.predict([words], verbose=0)
     assert logits.shape == (9, len(LABELS))
@@ -123,13 +124,13 @@ def test_a_word_longer_than_a_window_keeps_its_place():
     model = tiny_tagger(sequence_length=5)  # 3 pieces per window
     words = ["a", "cat" + "s" * 10, "sat", "", "\x00"]  # 11 pieces; nothing; a dropped character
     (x, y, weight), = list(task_dataset(model.preprocessor, [words], [["O", "B-ANIMAL", "O", "O", "O"]]))
-    tokens = [[token(model, i) for i in row if i] for row in x["token_ids"].numpy()]
+    tokens = [[token(model, i) for i in row if i] for row in numpy(x["token_ids"])]
     assert tokens == [
         ["[CLS]", "a", "[SEP]"],
         ["[CLS]", "cat", "##s", "##s", "[SEP]"],
         ["[CLS]", "sat", "[UNK]", "[UNK]", "[SEP]"],
     ]
-    assert y.numpy()[1, 1] == 1 and weight.numpy().sum() == 5
+    assert numpy(y)[1, 1] == 1 and numpy(weight).sum() == 5
     assert len(model.predict([words], verbose=0)[0]) == 5
 
 
@@ -190,17 +191,17 @@ def test_pooler_is_frozen_and_fit_does_not_warn(model):
     assert not pooler & {id(w) for w in model.trainable_weights}
     assert pooler <= {id(w) for w in model.non_trainable_weights}
     assert len(model.weights) == len(model.trainable_weights) + len(model.non_trainable_weights)
-    before = [w.numpy() for w in model.encoder.pooler_dense.weights]
+    before = [numpy(w) for w in model.encoder.pooler_dense.weights]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(SENTENCES, TAGS, batch_size=2, epochs=1, verbose=0)
     assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
     for old, weight in zip(before, model.encoder.pooler_dense.weights):
-        np.testing.assert_array_equal(old, weight.numpy())
+        np.testing.assert_array_equal(old, numpy(weight))
 
 
 def built(dataset):
-    return [keras.tree.map_structure(lambda t: t.numpy(), batch) for batch in dataset]
+    return [keras.tree.map_structure(lambda t: numpy(t), batch) for batch in dataset]
 
 
 def test_tags_as_ids_build_the_same_dataset(model):
