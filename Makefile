@@ -20,8 +20,15 @@ install: $(INSTALLED)
 demo: $(INSTALLED)
 	$(BIN)/kbert demo
 
+# The whole suite on TensorFlow, then the tests of kbert's backend code
+# (marked all_backends) on JAX and on PyTorch; JAX keeps its compiled steps
+# for the tests after the first that builds the same model.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 test: $(INSTALLED)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -n 2 --dist loadgroup tests
+	$(PYTEST) --durations=20 tests
+	KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR=$(CURDIR)/$(VENV)/jax-cache \
+		JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 $(PYTEST) --durations=10 -m all_backends tests
+	KERAS_BACKEND=torch $(PYTEST) --durations=10 -m all_backends tests
 
 # The peers of benchmarks/quality.py (PyTorch, transformers), apart from kbert's environment.
 peer-venv: benchmarks/requirements.txt

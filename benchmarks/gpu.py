@@ -276,18 +276,32 @@ class TransformersRunner:
 
 
 def _device():
+    """What the path runs on: `gpu: <name>` or `cpu: <model>`."""
     import keras
 
     if keras.config.backend() == "jax":
         import jax
 
         device = jax.devices()[0]
-        return f"{device.platform}: {device.device_kind}"
-    import torch
+        if device.platform != "cpu":
+            return f"{device.platform}: {device.device_kind}"
+    else:
+        import torch
 
-    if torch.cuda.is_available():
-        return f"gpu: {torch.cuda.get_device_name(0)}"
-    return f"cpu: {platform.processor() or platform.machine()}"
+        if torch.cuda.is_available():
+            return f"gpu: {torch.cuda.get_device_name(0)}"
+    return f"cpu: {_cpu_model()}"
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _backend_version():

@@ -47,11 +47,11 @@ def _installed(name):
         return False
 
 
-if _configured_backend() is None:
-    os.environ["KERAS_BACKEND"] = next(
-        (name for name in ("tensorflow", "jax", "torch") if _installed(name)), "tensorflow"
-    )
-_BACKEND = _configured_backend()
+# In the environment in any case: the `kbert` command's --backend changes it
+# before Keras loads, and what kbert loads follows it.
+os.environ["KERAS_BACKEND"] = _configured_backend() or next(
+    (name for name in ("tensorflow", "jax", "torch") if _installed(name)), "tensorflow"
+)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _TENSORFLOW_LOADED_FIRST = "tensorflow" in sys.modules
 if not _TENSORFLOW_LOADED_FIRST:
@@ -137,7 +137,7 @@ def _load():
         from kbert.tensorflow_support import tensorflow_installed
 
         text_side = tensorflow_installed()
-        if text_side and _BACKEND != "tensorflow":
+        if text_side and os.environ["KERAS_BACKEND"] != "tensorflow":
             _keep_tensorflow_off_accelerators()
         for module in (*(f"kbert.{name}" for name in _SUBPACKAGES), *_NAMES.values()):
             if text_side or module not in _TENSORFLOW_MODULES:
@@ -244,7 +244,7 @@ __all__ = [
 
 if not _is_the_kbert_command():
     _load()
-    if _TENSORFLOW_LOADED_FIRST and _BACKEND == "tensorflow":
+    if _TENSORFLOW_LOADED_FIRST and os.environ["KERAS_BACKEND"] == "tensorflow":
         from kbert.onednn import warn_if_onednn_off
 
         warn_if_onednn_off()

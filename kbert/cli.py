@@ -129,7 +129,9 @@ def _add_strategy_arguments(command):
     command.add_argument("--strategy", choices=STRATEGIES, default=None,
                          help="where to train: default (one device), mirrored (this machine's "
                               "GPUs), multi-worker (the workers of TF_CONFIG), tpu (TPUStrategy; "
-                              "default: multi-worker when TF_CONFIG is set, else default)")
+                              "default: multi-worker when TF_CONFIG is set, else default); on "
+                              "--backend jax, mirrored and tpu split each batch over this "
+                              "machine's devices (keras.distribution.DataParallel)")
     command.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT,
                          help="seconds a multi-worker run waits for the other workers to start")
 
@@ -350,6 +352,33 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def _add_backend_argument(command):
+    command.add_argument("--backend", choices=BACKENDS, default=None,
+                         help="the Keras backend to run on (default: KERAS_BACKEND, else "
+                              "keras.json's, else tensorflow); the model file is the same on every backend")
+
+
+def _use_backend(args):
+    """Sets the Keras backend the command asked for, before Keras loads.
+
+    `export` and `predict` write and run TensorFlow SavedModels: they run on
+    TensorFlow whatever the environment names.
+    """
+    import os
+
+    backend = getattr(args, "backend", None)
+    if args.command in ("export", "predict"):
+        backend = "tensorflow"
+    if backend is None:
+        return
+    if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != backend:
+        raise ValueError(f"--backend {backend}: Keras was loaded already, on {os.environ.get('KERAS_BACKEND')}.")
+    os.environ["KERAS_BACKEND"] = backend
+
+
 def _integer(text, least):
     # argparse names the flag in its error: "argument --batch-size: ..."
     try:
@@ -399,6 +428,7 @@ def build_parser():
     demo.add_argument("--export-dir", default="saved_models",
                       help="export the spam model to EXPORT_DIR/spam/<version> ('' skips the export)")
     demo.add_argument("--quiet", action="store_true", help=quiet)
+    _add_backend_argument(demo)
 
     vocabulary = command("vocabulary", "learn a WordPiece vocabulary from text files", _vocabulary)
     vocabulary.add_argument("files", nargs="+", help="text files or glob patterns, one text per line")
@@ -459,6 +489,7 @@ def build_parser():
     pretrain.add_argument("--seed", type=int, default=0, help="fixes pairs, order, masks and weights")
     pretrain.add_argument("--quiet", action="store_true", help=quiet)
     _add_strategy_arguments(pretrain)
+    _add_backend_argument(pretrain)
 
     prepare = command("prepare-pretraining", "write a corpus' segment pairs to sharded TFRecords",
                       _prepare_pretraining)
@@ -488,6 +519,7 @@ def build_parser():
     fill_mask.add_argument("--vocabulary",
                            help="vocab.txt for a .keras file (default: the run folder's)")
     fill_mask.add_argument("--top-k", type=_positive_int, default=5, help="tokens shown per [MASK]")
+    _add_backend_argument(fill_mask)
 
     train = command("train", "fine-tune on a task's data set, evaluate, save", _train)
     train.add_argument("task", choices=sorted(RECIPES), help="the data set and its task")
@@ -516,6 +548,7 @@ def build_parser():
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")
     train.add_argument("--quiet", action="store_true", help=quiet)
     _add_strategy_arguments(train)
+    _add_backend_argument(train)
 
     classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
     distill = command("distill", "distil a fine-tuned classifier into a smaller student, evaluate, save",
@@ -551,6 +584,7 @@ def build_parser():
                          help="evaluate on the first this many examples of the evaluation split")
     distill.add_argument("--seed", type=int, default=0, help="fixes the subsets, order and weights")
     distill.add_argument("--quiet", action="store_true", help=quiet)
+    _add_backend_argument(distill)
 
     prune = command("prune", "prune a fine-tuned model (weights, attention heads) while it trains "
                              "further, evaluate, save", _prune)
@@ -576,6 +610,7 @@ def build_parser():
                        help="evaluate on the first this many examples of the evaluation split")
     prune.add_argument("--seed", type=int, default=0, help="fixes the subset, order and weights")
     prune.add_argument("--quiet", action="store_true", help=quiet)
+    _add_backend_argument(prune)
 
     evaluate = command("evaluate", "a trained task model's metrics on a split", _evaluate)
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
@@ -587,6 +622,7 @@ def build_parser():
     evaluate.add_argument("--source", choices=SOURCES, default="local",
                           help="where the data comes from, as for `kbert train`")
     evaluate.add_argument("--out", help="write the metrics to this JSON file")
+    _add_backend_argument(evaluate)
 
     export = command("export", "write a trained model as a SavedModel for TF Serving", _export)
     export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
@@ -614,6 +650,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
+        _use_backend(args)
         with _strategy_scope(args):
             args.run(args)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, TimeoutError) as error:

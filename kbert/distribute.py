@@ -1,11 +1,14 @@
-"""Training on several devices and machines with `tf.distribute`.
+"""Training on several devices and machines: `tf.distribute` on TensorFlow, `keras.distribution` on JAX.
 
 `make_strategy(name)` gives the strategy `kbert pretrain --strategy` and
 `kbert train --strategy` use: the default one, `MirroredStrategy` (the
 devices of one machine), `MultiWorkerMirroredStrategy` (workers described by
 `TF_CONFIG`, checked before TensorFlow connects them) or `TPUStrategy`.
 Build and compile a model inside `strategy.scope()`; its `fit` then trains
-on every replica.
+on every replica. On JAX, `mirrored` and `tpu` are Keras'
+`keras.distribution.DataParallel` over this machine's devices (its GPUs,
+or a TPU VM's TPU cores), which has a `scope()` too: each batch is split
+across the devices, the weights are replicated.
 
 Keras 3.15's own `fit` fails under `MultiWorkerMirroredStrategy`
 (keras-team/keras#20585): it reduces the first batch and the step's scalar
@@ -56,12 +59,14 @@ def make_strategy(name=None, connect_timeout=DEFAULT_CONNECT_TIMEOUT, tpu=None):
     >>> make_strategy("default").num_replicas_in_sync
     1
     """
-    import tensorflow as tf
-    
     if name is None:
         name = "multi-worker" if os.environ.get("TF_CONFIG") else "default"
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; the strategies are {list(STRATEGIES)}.")
+    if not on_tensorflow():
+        return _keras_distribution(name)
+    import tensorflow as tf
+
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
@@ -74,6 +79,33 @@ def make_strategy(name=None, connect_timeout=DEFAULT_CONNECT_TIMEOUT, tpu=None):
     cluster, task_type, task_index = read_tf_config()
     wait_for_workers(cluster, task_type, task_index, connect_timeout)
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _keras_distribution(name):
+    """`keras.distribution`'s counterpart of strategy `name` on JAX; PyTorch trains on one device."""
+    import keras
+
+    if name == "default":
+        return _NoDistribution()
+    backend = keras.config.backend()
+    if backend != "jax" or name == "multi-worker":
+        raise ValueError(
+            f"The {name!r} strategy is for the tensorflow backend (tf.distribute)"
+            + (", and 'mirrored' and 'tpu' for jax (keras.distribution.DataParallel)" if backend == "jax" else "")
+            + f"; Keras runs on {backend}: train with the default strategy, or choose another backend."
+        )
+    return keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+
+
+class _NoDistribution:
+    """The default strategy off TensorFlow: one device, and a `scope()` that changes nothing."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        import contextlib
+
+        return contextlib.nullcontext()
 
 
 def read_tf_config(text=None):

@@ -94,6 +94,7 @@ def track_schedule(optimizer):
     would be fixed into the step when it compiles. Returns the schedule, or
     None when the learning rate is not a `WarmupLinearDecay`.
     """
+    optimizer = inner_optimizer(optimizer)
     schedule = getattr(optimizer, "_learning_rate", None)
     if not isinstance(schedule, WarmupLinearDecay):
         return None
@@ -111,12 +112,13 @@ def start_schedule_window(optimizer, start_step, total_steps):
     """
     schedule = track_schedule(optimizer)
     if schedule is not None:
-        schedule.set_window(start_step, total_steps, optimizer.gradient_accumulation_steps)
+        schedule.set_window(start_step, total_steps, inner_optimizer(optimizer).gradient_accumulation_steps)
 
 
 def batches_trained(optimizer):
     """The batches an optimizer has taken: its `iterations`, or with gradient accumulation the batches
     accumulated (Keras' `iterations` then counts the updates)."""
+    optimizer = inner_optimizer(optimizer)
     counter = getattr(optimizer, "_iterations", None) if optimizer.gradient_accumulation_steps else None
     return int(keras.ops.convert_to_numpy(optimizer.iterations if counter is None else counter))
 
@@ -173,6 +175,26 @@ def bert_adamw(learning_rate, weight_decay=0.01, gradient_accumulation_steps=Non
     accumulation = int(gradient_accumulation_steps) if gradient_accumulation_steps else 1
     return BertAdamW(learning_rate=WarmupLinearDecay(learning_rate), weight_decay=weight_decay,
                      gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+
+
+def inner_optimizer(optimizer):
+    """The optimizer that updates the weights: `optimizer`, or the one a `LossScaleOptimizer` wraps."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
+def with_loss_scaling(optimizer, dtype_policy):
+    """`optimizer`, in a `keras.optimizers.LossScaleOptimizer` for a model that computes in float16.
+
+    Under `mixed_float16` small gradients round to zero unless the loss is
+    scaled up before differentiation (and the gradients down after); Keras
+    does it for a model whose own policy is `mixed_float16`, but a kbert
+    model's policy is its layers' (`Encoder.layer_dtype_policy`). bfloat16
+    has float32's range and needs no scaling.
+    """
+    name = getattr(dtype_policy, "name", dtype_policy)
+    if name != "mixed_float16" or isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    return keras.optimizers.LossScaleOptimizer(keras.optimizers.get(optimizer))
 
 
 def default_learning_rate(hidden_dim):

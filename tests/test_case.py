@@ -38,10 +38,20 @@ def tiny_encoder_kwargs(vocabulary_size=len(TINY_VOCABULARY), architecture="bert
 
 
 def numpy(tensor):
-    """A tensor or variable of any backend (or TensorFlow's) as a NumPy array."""
-    if isinstance(tensor, (tf.Tensor, np.ndarray)):
+    """A tensor or variable of any backend (or TensorFlow's), or a number or list, as a NumPy array."""
+    if isinstance(tensor, (tf.Tensor, np.ndarray, list, tuple, int, float)):
         return np.asarray(tensor)
     return np.asarray(keras.ops.convert_to_numpy(tensor))
+
+
+def assert_allclose(actual, desired, **kwargs):
+    """`np.testing.assert_allclose` of tensors of any backend."""
+    np.testing.assert_allclose(numpy(actual), numpy(desired), **kwargs)
+
+
+def assert_array_equal(actual, desired):
+    """`np.testing.assert_array_equal` of tensors of any backend."""
+    np.testing.assert_array_equal(numpy(actual), numpy(desired))
 
 
 def dtype(tensor):

@@ -11,7 +11,13 @@ from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model
 from kbert.models.classifier import Classifier
 from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
-from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
+from kbert.optimization import (
+    batches_trained,
+    bert_adamw,
+    default_learning_rate,
+    start_schedule_window,
+    with_loss_scaling,
+)
 from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
 
 # The task models whose outputs are one logit per class: what a student can match.
@@ -164,7 +170,8 @@ class Distiller(MultiWorkerFit, keras.Model):
             kwargs.pop(name, None)
         if optimizer == "auto":
             optimizer = bert_adamw(learning_rate or default_learning_rate(self.student.encoder.hidden_dim))
-        super().compile(optimizer=optimizer, **kwargs)
+        super().compile(optimizer=with_loss_scaling(optimizer, self.student.encoder.layer_dtype_policy),
+                        **kwargs)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """`(1 - alpha) * label_loss + alpha * distillation_loss` of a batch; updates the loss logs."""

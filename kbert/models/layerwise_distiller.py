@@ -10,7 +10,13 @@ from kbert.compression.layer_mapping import (
 )
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.models.task_model import known_steps
-from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
+from kbert.optimization import (
+    batches_trained,
+    bert_adamw,
+    default_learning_rate,
+    start_schedule_window,
+    with_loss_scaling,
+)
 
 # The loss parts, in the order they are logged; each is on when its argument is.
 PARTS = ("embedding_loss", "hidden_loss", "attention_loss")
@@ -263,7 +269,7 @@ class LayerwiseDistiller(keras.Model):
         """
         if optimizer == "auto":
             optimizer = bert_adamw(learning_rate or default_learning_rate(self.student.hidden_dim))
-        super().compile(optimizer=optimizer, **kwargs)
+        super().compile(optimizer=with_loss_scaling(optimizer, self.student.layer_dtype_policy), **kwargs)
 
     def compile_from_config(self, config):
         self.compile(**keras.saving.deserialize_keras_object(config))

@@ -8,7 +8,7 @@ from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, distributed_stream, model_strategy
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.task_model import FreezesUnusedPooler, known_steps
-from kbert.optimization import batches_trained, bert_adamw, start_schedule_window
+from kbert.optimization import batches_trained, bert_adamw, start_schedule_window, with_loss_scaling
 from kbert.preprocessing.sentence_pair_builder import resolve_objective
 from kbert.tensorflow_support import is_tf_dataset
 
@@ -222,6 +222,7 @@ class Pretrainer(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Mo
                     name: [keras.metrics.SparseCategoricalAccuracy(name=prefix + "accuracy")]
                     for name in self.output_names
                 }
+        optimizer = with_loss_scaling(optimizer, self.encoder.layer_dtype_policy)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def compile_from_config(self, config):

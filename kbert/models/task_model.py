@@ -11,7 +11,13 @@ from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
 from kbert.models.encoder import Encoder, bert_initializer
-from kbert.optimization import batches_trained, bert_adamw, default_learning_rate, start_schedule_window
+from kbert.optimization import (
+    batches_trained,
+    bert_adamw,
+    default_learning_rate,
+    start_schedule_window,
+    with_loss_scaling,
+)
 from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
 
 # Keras' own batch size when `fit` gets arrays and no `batch_size`.
@@ -118,6 +124,7 @@ class TaskModel(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Mod
             loss = self.default_loss()
         if metrics == "auto":
             metrics = self.default_metrics(kwargs)
+        optimizer = with_loss_scaling(optimizer, self.encoder.layer_dtype_policy)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def default_loss(self):

@@ -7,7 +7,10 @@ import kbert
 from kbert.callbacks import AttentionMapLogger, attention_scores
 from tests.callbacks.event_files import images
 from tests.models.test_pretrainer import pretraining_batch, tiny_pretrainer
-from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+from tests.test_case import TINY_VOCABULARY, numpy, tiny_encoder_kwargs
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 
 def direct_attention(layer, x, padding_mask):
@@ -45,7 +48,7 @@ def test_attention_scores_are_those_of_the_encoder():
     assert len(scores) == 2 and all(s.shape == (2, 2, 6, 6) for s in scores)
     # Each block's input: the embeddings, then the previous block's output as the encoder computes it.
     outputs = encoder(inputs)["encoder_outputs"]
-    layer_inputs = [embeddings(encoder, inputs)] + [np.asarray(o) for o in outputs[:-1]]
+    layer_inputs = [embeddings(encoder, inputs)] + [numpy(o) for o in outputs[:-1]]
     for layer, x, found in zip(encoder.transformer_layers, layer_inputs, scores):
         np.testing.assert_allclose(found, direct_attention(layer, x, inputs["padding_mask"]), atol=1e-5)
     np.testing.assert_allclose(scores[1].sum(-1), 1.0, atol=1e-5)

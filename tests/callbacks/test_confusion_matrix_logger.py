@@ -5,6 +5,9 @@ import pytest
 from kbert.callbacks import ConfusionMatrixLogger, TensorBoard
 from tests.callbacks.event_files import images, scalars, texts
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 NAMES = ["ham", "spam", "eggs"]
 
 

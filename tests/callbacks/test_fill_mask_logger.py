@@ -9,6 +9,9 @@ from tests.callbacks.event_files import texts
 from tests.models.test_pretrainer import pretraining_batch, tiny_pretrainer
 from tests.test_case import TINY_VOCABULARY
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 SENTENCES = ["the cat [MASK] on the mat .", "a [MASK] film , a [MASK] prize !"]
 
 

@@ -6,6 +6,9 @@ from kbert.callbacks import HParamsLogger, LearningRateLogger, TensorBoard
 from tests.callbacks.conftest import tiny_data, tiny_model
 from tests.callbacks.event_files import hparams_sessions
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 
 def test_the_dashboard_lists_each_run_with_its_hparams_and_final_metrics(tmp_path):
     histories = {}

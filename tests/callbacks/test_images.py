@@ -3,6 +3,9 @@ import pytest
 
 from kbert.callbacks.images import colour_map, grid, heat_map
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 
 def count(image, colour):
     return int(np.all(image == colour, axis=-1).sum())

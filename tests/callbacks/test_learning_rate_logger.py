@@ -6,6 +6,9 @@ from kbert.callbacks import LearningRateLogger
 from kbert.optimization import WarmupLinearDecay
 from tests.callbacks.conftest import BATCHES_PER_EPOCH, BatchRecorder, fit, tiny_model
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 
 def test_logged_rate_follows_the_schedule_at_the_optimizer_step():
     total_steps = 2 * BATCHES_PER_EPOCH

@@ -8,6 +8,9 @@ import kbert.callbacks
 from kbert.callbacks import ModelCheckpoint
 from tests.callbacks.conftest import fit, temporary_files, tiny_data, tiny_model
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 
 def checkpoint_files(directory):
     return sorted(name for name in os.listdir(directory) if name.endswith(".keras"))

@@ -9,6 +9,9 @@ from werkzeug.wrappers import Response
 import kbert
 from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 TEXTS = ["the cat sat on the mat", "a good film", "free prize now!", "see you soon\tthe\ncat"]
 
 

@@ -3,12 +3,16 @@ import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import kbert.callbacks
 from kbert.callbacks import BackupAndRestore, LearningRateLogger, ModelCheckpoint, TensorBoard
 from kbert.optimization import WarmupLinearDecay
 from tests.callbacks.conftest import BATCHES_PER_EPOCH, fit, tiny_data, tiny_model
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 
 def scalars(directory):

@@ -5,6 +5,9 @@ from kbert.callbacks import LearningRateLogger, TensorBoard
 from tests.callbacks.conftest import fit, tiny_data, tiny_model
 from tests.callbacks.event_files import scalars
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 EPOCH_BATCHES = 24
 
 

@@ -1,9 +1,13 @@
+import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from kbert.backend import gradient_function
 from kbert.compression import distillation_loss
-from tests.test_case import numpy
+from tests.test_case import assert_allclose, dtype, numpy
+
+# A loss of `keras.ops`: the same on every backend.
+pytestmark = pytest.mark.all_backends
 
 STUDENT = np.array([[1.0, -0.5, 2.0], [0.0, 0.3, -1.2], [4.0, 4.0, -3.0]], "float32")
 TEACHER = np.array([[2.5, 0.0, 1.0], [-1.0, 2.0, 0.5], [1.0, 3.0, 0.0]], "float32")
@@ -24,8 +28,8 @@ def hand_computed(student, teacher, temperature):
 def test_equals_the_hand_computed_loss(temperature):
     expected = hand_computed(STUDENT, TEACHER, temperature)
     per_example = distillation_loss(STUDENT, TEACHER, temperature, reduction="none")
-    np.testing.assert_allclose(per_example, expected, rtol=1e-5)
-    np.testing.assert_allclose(distillation_loss(STUDENT, TEACHER, temperature), expected.mean(), rtol=1e-5)
+    assert_allclose(numpy(per_example), expected, rtol=1e-5)
+    assert_allclose(numpy(distillation_loss(STUDENT, TEACHER, temperature)), expected.mean(), rtol=1e-5)
 
 
 def test_is_zero_for_equal_predictions_and_positive_otherwise():
@@ -39,21 +43,20 @@ def test_gradient_is_temperature_times_the_probability_gap():
     # d/ds [T^2 KL(p || q)] = T (q - p): the T^2 factor keeps gradients on the
     # scale of a hard-label loss whatever the temperature.
     temperature = 4.0
-    student = tf.Variable(STUDENT)
-    with tf.GradientTape() as tape:
-        loss = distillation_loss(student, TEACHER, temperature)
-    q = numpy(tf.nn.softmax(STUDENT / temperature))
-    p = numpy(tf.nn.softmax(TEACHER / temperature))
+    student = keras.Variable(STUDENT)
+    (gradient,) = gradient_function(lambda: distillation_loss(student.value, TEACHER, temperature), [student])()
+    q = numpy(keras.ops.softmax(STUDENT / temperature))
+    p = numpy(keras.ops.softmax(TEACHER / temperature))
     expected = temperature * (q - p) / len(STUDENT)  # the mean over the batch
-    np.testing.assert_allclose(tape.gradient(loss, student), expected, atol=1e-6)
+    assert_allclose(numpy(gradient), expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_computes_in_float32_for_mixed_precision_logits(dtype):
-    loss = distillation_loss(tf.cast(STUDENT, dtype), tf.cast(TEACHER, dtype), 2.0)
-    assert loss.dtype == tf.float32
-    rounded = [numpy(tf.cast(tf.cast(x, dtype), "float32")) for x in (STUDENT, TEACHER)]
-    np.testing.assert_allclose(loss, hand_computed(*rounded, 2.0).mean(), rtol=1e-5)
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_computes_in_float32_for_mixed_precision_logits(half):
+    loss = distillation_loss(keras.ops.cast(STUDENT, half), keras.ops.cast(TEACHER, half), 2.0)
+    assert dtype(loss) == "float32"
+    rounded = [numpy(keras.ops.cast(keras.ops.cast(x, half), "float32")) for x in (STUDENT, TEACHER)]
+    assert_allclose(numpy(loss), hand_computed(*rounded, 2.0).mean(), rtol=1e-5)
 
 
 def test_large_logits_stay_finite():

@@ -4,9 +4,21 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.backend import gradient_function
 from kbert.compression import head_importance, least_important_heads, mask_heads, prune_heads
 from kbert.data import task_dataset
-from tests.test_case import assert_all_close, numpy, run_task_test, tiny_encoder_kwargs, TINY_VOCABULARY
+from tests.test_case import (
+    assert_all_close,
+    assert_allclose,
+    assert_array_equal,
+    numpy,
+    run_task_test,
+    tiny_encoder_kwargs,
+    TINY_VOCABULARY,
+)
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"]
 LABELS = [1, 0, 1, 0]
@@ -47,26 +59,27 @@ def test_output_kernel_gradient_is_the_head_mask_gradient():
     keras.utils.set_random_seed(0)
     heads, head_dim, hidden = 3, 4, 12
     attention = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=head_dim)
-    x = tf.constant(np.random.default_rng(1).normal(size=(2, 5, hidden)), "float32")
+    x = keras.ops.convert_to_tensor(np.random.default_rng(1).normal(size=(2, 5, hidden)).astype("float32"))
     attention(x, x)
-    weights = tf.constant(np.random.default_rng(2).normal(size=(2, 5, hidden)), "float32")
-    xi = tf.Variable(tf.ones([heads]))
+    weights = keras.ops.convert_to_tensor(np.random.default_rng(2).normal(size=(2, 5, hidden)).astype("float32"))
+    xi = keras.Variable(np.ones(heads, "float32"), name="xi")
+    ops = keras.ops
 
     def masked_forward():
         q, k, v = attention._query_dense(x), attention._key_dense(x), attention._value_dense(x)
-        scores = tf.einsum("btnd,bsnd->bnts", q, k) / np.sqrt(head_dim)
-        context = tf.einsum("bnts,bsnd->btnd", tf.nn.softmax(scores, axis=-1), v)
-        return attention._output_dense(context * xi[None, None, :, None])
+        scores = ops.einsum("btnd,bsnd->bnts", q, k) / np.sqrt(head_dim)
+        context = ops.einsum("bnts,bsnd->btnd", ops.softmax(scores, axis=-1), v)
+        return attention._output_dense(context * xi.value[None, None, :, None])
 
-    np.testing.assert_allclose(masked_forward(), attention(x, x), atol=1e-5)
+    assert_allclose(numpy(masked_forward()), numpy(attention(x, x)), atol=1e-5)
     kernel = attention._output_dense.kernel
-    with tf.GradientTape(persistent=True) as tape:
-        loss = tf.reduce_sum(masked_forward() * weights)
-    mask_gradient = numpy(tape.gradient(loss, xi))
-    kernel_gradient = tape.gradient(loss, kernel)
-    from_kernel = numpy(tf.reduce_sum(kernel_gradient * kernel, axis=[1, 2]))
+    mask_gradient, kernel_gradient = gradient_function(
+        lambda: ops.sum(masked_forward() * weights), [xi, kernel]
+    )()
+    mask_gradient = numpy(mask_gradient)
+    from_kernel = numpy(ops.sum(kernel_gradient * kernel.value, axis=[1, 2]))
     assert np.abs(mask_gradient).min() > 1e-3  # a real test: no head's gradient vanishes
-    np.testing.assert_allclose(from_kernel, mask_gradient, rtol=1e-4, atol=1e-5)
+    assert_allclose(from_kernel, mask_gradient, rtol=1e-4, atol=1e-5)
 
 
 def test_importance_is_the_loss_derivative_in_each_heads_scale():
@@ -94,12 +107,12 @@ def test_importance_is_the_loss_derivative_in_each_heads_scale():
                 values.append(loss())
             kernel.assign(original)
             derivative = (values[0] - values[1]) / (2 * eps)
-            np.testing.assert_allclose(importance[layer, head], abs(derivative), rtol=0.02, atol=2e-4)
+            assert_allclose(importance[layer, head], abs(derivative), rtol=0.02, atol=2e-4)
 
 
 def test_normalized_importance_has_unit_norm_per_layer():
     importance = head_importance(tiny_classifier(), TEXTS, LABELS)
-    np.testing.assert_allclose(np.linalg.norm(importance, axis=1), [1.0, 1.0], rtol=1e-6)
+    assert_allclose(np.linalg.norm(importance, axis=1), [1.0, 1.0], rtol=1e-6)
 
 
 def test_a_silent_head_has_no_importance_and_goes_first():
@@ -118,7 +131,7 @@ def test_a_silent_head_has_no_importance_and_goes_first():
     pruned = prune_heads(model, fraction=1 / 8, x=TEXTS, y=LABELS)
     assert pruned.encoder.heads_per_layer == [4, 3]
     # Removing a head that contributes nothing changes nothing.
-    np.testing.assert_allclose(logits(pruned), logits(model), atol=1e-5)
+    assert_allclose(logits(pruned), logits(model), atol=1e-5)
 
 
 def test_pruned_computes_what_masked_computes():
@@ -130,7 +143,7 @@ def test_pruned_computes_what_masked_computes():
     before = [numpy(w) for w in model.weights]
     pruned, masked = prune_heads(model, heads), mask_heads(model, heads)
     for weight, value in zip(model.weights, before):  # the model itself is left as it was
-        np.testing.assert_array_equal(numpy(weight), value)
+        assert_array_equal(numpy(weight), value)
     assert type(pruned) is kbert.Classifier and pruned.encoder.heads_per_layer == [2, 3]
     assert masked.encoder.heads_per_layer is None
     pruned_logits = logits(pruned)
@@ -141,7 +154,7 @@ def test_pruned_computes_what_masked_computes():
     # The kept heads' weights are the model's, in order.
     query = numpy(model.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel)
     pruned_query = numpy(pruned.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel)
-    np.testing.assert_array_equal(pruned_query, query[:, [1, 2]])
+    assert_array_equal(pruned_query, query[:, [1, 2]])
 
     # Pruned again, with the pruned model's own head numbers; its importance has NaN past its heads.
     importance = head_importance(pruned, TEXTS, LABELS)

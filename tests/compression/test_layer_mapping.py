@@ -1,8 +1,10 @@
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.backend import gradient_function
 from kbert.callbacks.attention_map_logger import attention_scores
 from kbert.compression import (
     attention_mean_squared_error,
@@ -11,7 +13,10 @@ from kbert.compression import (
     masked_mean_squared_error,
     uniform_layer_map,
 )
-from tests.test_case import numpy, tiny_encoder_kwargs
+from tests.test_case import assert_allclose, numpy, tiny_encoder_kwargs
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 INPUTS = {
     "token_ids": np.array([[2, 5, 7, 9, 3, 0], [2, 6, 3, 0, 0, 0]], "int32"),
@@ -72,28 +77,27 @@ def test_encoder_states_are_the_encoders_own(architecture):
     outputs = encoder(INPUTS, training=False)
     assert len(states["hidden_states"]) == len(states["attention_scores"]) == encoder.num_layers
     for mine, its in zip(states["hidden_states"], outputs["encoder_outputs"]):
-        np.testing.assert_allclose(numpy(mine), numpy(its), atol=1e-5)
-    np.testing.assert_allclose(
+        assert_allclose(numpy(mine), numpy(its), atol=1e-5)
+    assert_allclose(
         numpy(states["embeddings"]),
         numpy(encoder.embed(INPUTS["token_ids"], INPUTS["segment_ids"], training=False)),
     )
     for mine, logged in zip(states["attention_scores"], attention_scores(encoder, INPUTS)):
-        np.testing.assert_allclose(numpy(mine), logged, atol=1e-6)
+        assert_allclose(numpy(mine), logged, atol=1e-6)
     assert "attention_scores" not in encoder_states(encoder, INPUTS, attention=False)
 
 
-def test_encoder_states_are_differentiable_in_a_graph():
+def test_encoder_states_are_differentiable():
+    # (On TensorFlow `gradient_function` is a `tf.function`: differentiable in a graph.)
     encoder = kbert.Encoder(**tiny_encoder_kwargs(vocabulary_size=10))
 
-    @tf.function
-    def gradients():
-        with tf.GradientTape() as tape:
-            states = encoder_states(encoder, INPUTS, training=True)
-            total = tf.add_n([tf.reduce_sum(tf.square(s)) for s in states["attention_scores"]])
-            total += tf.reduce_sum(states["hidden_states"][-1])
-        return tape.gradient(total, encoder.transformer_layers[0].trainable_variables)
+    def total():
+        states = encoder_states(encoder, INPUTS, training=True)
+        squares = sum(keras.ops.sum(keras.ops.square(s)) for s in states["attention_scores"])
+        return squares + keras.ops.sum(states["hidden_states"][-1])
 
-    assert all(g is not None and np.isfinite(numpy(g)).all() for g in gradients())
+    gradients = gradient_function(total, encoder.transformer_layers[0].trainable_variables)()
+    assert all(g is not None and np.isfinite(numpy(g)).all() for g in gradients)
 
 
 def test_masked_mean_squared_error_leaves_padding_out():
@@ -102,10 +106,10 @@ def test_masked_mean_squared_error_leaves_padding_out():
     mask = INPUTS["padding_mask"]
     real = mask.astype(bool)
     expected = np.mean((student[real] - teacher[real]) ** 2)
-    np.testing.assert_allclose(masked_mean_squared_error(student, teacher, mask), expected, rtol=1e-5)
+    assert_allclose(masked_mean_squared_error(student, teacher, mask), expected, rtol=1e-5)
     # Whatever the padding holds.
     student[~real] = 1e3
-    np.testing.assert_allclose(masked_mean_squared_error(student, teacher, mask), expected, rtol=1e-5)
+    assert_allclose(masked_mean_squared_error(student, teacher, mask), expected, rtol=1e-5)
 
 
 def numpy_attention_mse(student, teacher, mask):
@@ -129,7 +133,7 @@ def test_attention_mean_squared_error_head_by_head_or_head_means(student_heads):
     student = attention_scores(student_encoder, INPUTS)[0]
     mask = INPUTS["padding_mask"]
     expected = numpy_attention_mse(student, teacher, mask)
-    np.testing.assert_allclose(attention_mean_squared_error(student, teacher, mask), expected, rtol=1e-5)
+    assert_allclose(attention_mean_squared_error(student, teacher, mask), expected, rtol=1e-5)
     if student_heads == 2:
         # Head means: not the same as comparing every student head with the teacher's mean.
         head_by_head = np.mean([numpy_attention_mse(student[:, h:h + 1], teacher.mean(1, keepdims=True),

@@ -9,7 +9,10 @@ import kbert
 from kbert.compression.magnitude_pruning import sparsity_at_step
 from kbert.compression.sparsity import prunable_kernels
 from tests.callbacks.event_files import scalars
-from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+from tests.test_case import assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"] * 2
 LABELS = [1, 0, 1, 0] * 2
@@ -133,14 +136,14 @@ def test_pruned_weights_stay_zero_and_sparsity_rises(pruned_run):
     # Updates every 2 steps: the schedule's value at steps 2, 4, 6, 8 (the end).
     fractions = [float(np.mean(np.concatenate([z.ravel() for z in zeros]))) for zeros in recorded]
     expected = [sparsity_at_step(step // 2 * 2, 0.5, 0, 8) for step in range(1, 9)]
-    np.testing.assert_allclose(fractions, expected, atol=1e-3)
+    assert_allclose(fractions, expected, atol=1e-3)
     assert pruned_run["history"]["sparsity"] == pytest.approx([expected[3], 0.5], abs=1e-3)
 
 
 def test_sparsity_is_logged_to_tensorboard(pruned_run):
     logged = scalars(pruned_run["log_dir"] / "train")["epoch_sparsity"]
     assert sorted(logged) == [0, 1]
-    np.testing.assert_allclose([logged[0], logged[1]], pruned_run["history"]["sparsity"], atol=1e-6)
+    assert_allclose([logged[0], logged[1]], pruned_run["history"]["sparsity"], atol=1e-6)
 
 
 @pytest.mark.parametrize("scope", ["layer", "global"])
@@ -175,12 +178,12 @@ def test_the_smallest_weights_are_the_ones_removed(model, scope):
             smallest = np.argsort(np.abs(old).ravel(), kind="stable")[: round(0.6 * old.size)]
             expected = old.ravel().copy()
             expected[smallest] = 0
-            np.testing.assert_array_equal(new.ravel(), expected)
+            assert_array_equal(new.ravel(), expected)
     else:
         magnitudes = np.concatenate([np.abs(k).ravel() for k in before])
         threshold = np.sort(magnitudes)[round(0.6 * magnitudes.size) - 1]
         for old, new in zip(before, after):
-            np.testing.assert_array_equal(new, np.where(np.abs(old) <= threshold, 0, old))
+            assert_array_equal(new, np.where(np.abs(old) <= threshold, 0, old))
     smallest_kernel = min(kernel.size for kernel in before)
     assert abs(report["sparsity"] - 0.6) <= 1 / smallest_kernel
     assert model.keep_sparsity
@@ -227,7 +230,7 @@ def test_sparsity_survives_training_saving_loading_and_export(model, tmp_path):
         assert any(value.shape == kernel.shape and np.array_equal(value, kernel) for value in saved)
         assert np.mean(kernel == 0) == pytest.approx(0.5, abs=1e-3)
     served = tf.saved_model.load(exported).signatures["serving_default"](text=tf.constant(TEXTS[:2]))
-    np.testing.assert_allclose(numpy(served["probabilities"]), restored.predict_proba(TEXTS[:2], verbose=0),
+    assert_allclose(numpy(served["probabilities"]), restored.predict_proba(TEXTS[:2], verbose=0),
                                atol=1e-5)
 
 
@@ -238,7 +241,7 @@ def test_rewinding_keeps_the_mask_and_the_weights_before_fit(model):
     for kernel, old in zip(kernels(model), start_kernels):
         pruned = kernel == 0
         assert abs(pruned.mean() - 0.5) <= 1 / kernel.size
-        np.testing.assert_array_equal(kernel[~pruned], old[~pruned])
+        assert_array_equal(kernel[~pruned], old[~pruned])
     # Every other weight is back at its start too.
     kernel_count = sum(1 for _ in prunable_kernels(model.encoder))
     rewound = model.get_weights()
@@ -260,7 +263,7 @@ def test_rewinding_to_given_weights(model, tmp_path):
         fit(model, epochs=1, callbacks=[kbert.MagnitudePruning(0.5, frequency=4, rewind_to=rewind_to)])
         for kernel, target in zip(kernels(model), kernels(other)):
             kept = kernel != 0
-            np.testing.assert_array_equal(kernel[kept], target[kept])
+            assert_array_equal(kernel[kept], target[kept])
             assert abs(np.mean(~kept) - 0.5) <= 1 / kernel.size
     # The optimizer's own state was not rewound.
     assert int(model.optimizer.iterations) == iterations + 3 * 4

@@ -6,6 +6,9 @@ import kbert
 from kbert.compression.sparsity import KERNEL_NAMES, prunable_kernels
 from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
 
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
+
 
 def tiny_classifier(architecture="bert"):
     preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 8)

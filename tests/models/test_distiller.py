@@ -8,7 +8,10 @@ import kbert
 from kbert.compression import distillation_loss
 from kbert.data.input_pipeline import examples_dataset
 from tests.callbacks import event_files
-from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+from tests.test_case import assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 TEXTS = ["good film", "bad film", "a good cat", "a bad cat"] * 8
 LABELS = [1, 0, 1, 0] * 8
@@ -35,8 +38,12 @@ def teacher():
     model.compile(learning_rate=3e-3)
     # Long enough to separate them from any backend's random start.
     model.fit(TEXTS, LABELS, batch_size=8, epochs=40, verbose=0)
+    # Scaled to a margin of 8 between the two logits at most: sure, and no
+    # probability rounds to 0.
+    logits = model.predict(UNSEEN, verbose=0)
+    scale = 8.0 / np.abs(logits[:, 1] - logits[:, 0]).max()
     kernel, bias = model.output_dense.get_weights()
-    model.output_dense.set_weights([40 * kernel, 40 * bias])
+    model.output_dense.set_weights([scale * kernel, scale * bias])
     assert model.classify(UNSEEN) == [1, 0, 1, 0, 1, 0]
     assert (model.predict_proba(UNSEEN, verbose=0).max(-1) > 0.75).all()
     return model
@@ -76,11 +83,11 @@ def test_alpha_zero_trains_as_the_student_trains_on_its_labels(teacher):
     # One batch of everything, in order: the same gradient step.
     ours = distiller.fit(texts, labels, batch_size=8, shuffle=False, verbose=0).history
     theirs = twin.fit(texts, labels, batch_size=8, shuffle=False, verbose=0).history
-    np.testing.assert_allclose(ours["loss"], theirs["loss"], rtol=1e-5)
-    np.testing.assert_allclose(ours["label_loss"], theirs["loss"], rtol=1e-5)
+    assert_allclose(ours["loss"], theirs["loss"], rtol=1e-5)
+    assert_allclose(ours["label_loss"], theirs["loss"], rtol=1e-5)
     assert ours["accuracy"] == theirs["accuracy"]
     for a, b in zip(student.get_weights(), twin.get_weights()):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        assert_allclose(a, b, atol=1e-6)
 
 
 def test_unlabeled_examples_count_in_the_distillation_term_only(teacher):
@@ -89,17 +96,17 @@ def test_unlabeled_examples_count_in_the_distillation_term_only(teacher):
     labelled, unlabelled = TEXTS[:3], UNSEEN[:2]
     examples, _ = distiller.teacher_examples([[(labelled, LABELS[:3]), (unlabelled, None)], []], verbose=0)
     (inputs, targets), = examples_dataset(distiller.student.preprocessor, examples, batch_size=5)
-    np.testing.assert_array_equal(targets["labels"], LABELS[:3] + [-1, -1])
-    np.testing.assert_allclose(targets["teacher_logits"],
+    assert_array_equal(targets["labels"], LABELS[:3] + [-1, -1])
+    assert_allclose(targets["teacher_logits"],
                                teacher.predict(labelled + unlabelled, verbose=0), atol=1e-5)
 
     logits = distiller(inputs, training=False)
     loss = distiller.compute_loss(inputs, targets, logits, training=False)
-    cross_entropy = keras.losses.sparse_categorical_crossentropy(np.array(LABELS[:3]), logits[:3], from_logits=True)
-    soft = distillation_loss(logits, targets["teacher_logits"], temperature)
-    np.testing.assert_allclose(loss, (1 - alpha) * np.mean(cross_entropy) + alpha * soft, rtol=1e-5)
-    np.testing.assert_allclose(distiller.label_loss_tracker.result(), np.mean(cross_entropy), rtol=1e-5)
-    np.testing.assert_allclose(distiller.distillation_loss_tracker.result(), soft, rtol=1e-5)
+    cross_entropy = numpy(keras.losses.sparse_categorical_crossentropy(np.array(LABELS[:3]), logits[:3], from_logits=True))
+    soft = numpy(distillation_loss(logits, targets["teacher_logits"], temperature))
+    assert_allclose(numpy(loss), (1 - alpha) * np.mean(cross_entropy) + alpha * soft, rtol=1e-5)
+    assert_allclose(numpy(distiller.label_loss_tracker.result()), np.mean(cross_entropy), rtol=1e-5)
+    assert_allclose(numpy(distiller.distillation_loss_tracker.result()), soft, rtol=1e-5)
 
 
 def test_fit_predicts_once_logs_the_loss_parts_and_fits_its_schedule(teacher, tmp_path, monkeypatch):
@@ -129,9 +136,9 @@ def test_fit_predicts_once_logs_the_loss_parts_and_fits_its_schedule(teacher, tm
         scalars = event_files.scalars(tmp_path / run)
         for name in parts:
             logged = scalars[f"epoch_{name}"]
-            np.testing.assert_allclose([logged[step] for step in range(3)], history[prefix + name], rtol=1e-6)
+            assert_allclose([logged[step] for step in range(3)], history[prefix + name], rtol=1e-6)
     # Validation has labels for all its examples: its loss is the weighted sum of its parts.
-    np.testing.assert_allclose(
+    assert_allclose(
         history["val_loss"], 0.5 * np.add(history["val_label_loss"], history["val_distillation_loss"]), rtol=1e-5
     )
     assert distiller.evaluate(TEXTS[8:12], LABELS[8:12], verbose=0, return_dict=True) == pytest.approx(
@@ -215,7 +222,7 @@ def test_text_pair_student_saves_and_exports_like_any_classifier(tmp_path):
 
     student.save(tmp_path / "student.keras")
     restored = kbert.load_model(str(tmp_path / "student.keras"))
-    np.testing.assert_allclose(restored.predict_proba(pairs, verbose=0), probabilities, atol=1e-6)
+    assert_allclose(restored.predict_proba(pairs, verbose=0), probabilities, atol=1e-6)
 
     # The export serves raw pairs with the student's probabilities, in a
     # process with neither kbert nor Keras.
@@ -227,7 +234,7 @@ def test_text_pair_student_saves_and_exports_like_any_classifier(tmp_path):
     result = run_without_kbert_or_keras([str(tmp_path / "serve.py"), str(tmp_path / "jobs.json")], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])["results"]["student"]["serving_default"]
-    np.testing.assert_allclose(served["probabilities"], probabilities, atol=1e-5)
+    assert_allclose(served["probabilities"], probabilities, atol=1e-5)
     assert served["label_ids"] == student.classify(pairs)
 
 

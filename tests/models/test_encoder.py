@@ -9,11 +9,16 @@ from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.presets import PRESETS, encoder_parameter_count, parameter_count
 from tests.test_case import (
     assert_all_close,
+    assert_allclose,
+    dtype,
     numpy,
     run_config_round_trip,
     tiny_encoder_kwargs,
     TINY_VOCABULARY,
 )
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 
 def encoder_inputs(batch=2, length=6, vocabulary_size=27, seed=0):
@@ -36,13 +41,13 @@ def test_outputs_are_named_and_shaped():
     assert outputs["sequence_output"].shape == (2, 6, 16)
     assert outputs["pooled_output"].shape == (2, 16)
     assert len(outputs["encoder_outputs"]) == 2
-    np.testing.assert_allclose(outputs["encoder_outputs"][-1], outputs["sequence_output"])
+    assert_allclose(outputs["encoder_outputs"][-1], outputs["sequence_output"])
     # The pooler is a tanh dense layer on the first token.
     pooled = np.tanh(
         numpy(outputs["sequence_output"][:, 0, :]) @ numpy(encoder.pooler_dense.kernel)
         + numpy(encoder.pooler_dense.bias)
     )
-    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5)
+    assert_allclose(outputs["pooled_output"], pooled, atol=1e-5)
 
 
 def test_config_round_trip():
@@ -57,7 +62,7 @@ def test_padding_does_not_change_real_tokens():
     padded = {name: np.pad(value, [(0, 0), (0, 3)]) for name, value in short.items()}
     a = numpy(encoder(short)["sequence_output"])
     b = numpy(encoder(padded)["sequence_output"])[:, :5]
-    np.testing.assert_allclose(a, b, atol=1e-5)
+    assert_allclose(a, b, atol=1e-5)
 
 
 def test_equals_keras_hub_bert_backbone_on_same_weights():
@@ -87,8 +92,8 @@ def test_equals_keras_hub_bert_backbone_on_same_weights():
     inputs = encoder_inputs()
     ours = encoder(inputs)
     theirs = reference(inputs)
-    np.testing.assert_allclose(ours["sequence_output"], theirs["sequence_output"], atol=1e-5)
-    np.testing.assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=1e-5)
+    assert_allclose(ours["sequence_output"], theirs["sequence_output"], atol=1e-5)
+    assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=1e-5)
 
 
 def test_save_and_load_give_identical_outputs(tmp_path):
@@ -102,12 +107,13 @@ def test_save_and_load_give_identical_outputs(tmp_path):
 def test_mixed_precision_policy_threads_through():
     encoder = kbert.Encoder(**tiny_encoder_kwargs(), dtype="mixed_bfloat16")
     outputs = encoder(encoder_inputs())
-    assert outputs["sequence_output"].dtype == tf.bfloat16
-    assert encoder.token_embedding.embeddings.dtype == tf.float32
+    assert dtype(outputs["sequence_output"]) == "bfloat16"
+    assert encoder.token_embedding.embeddings.dtype == "float32"
     restored = kbert.Encoder.from_config(encoder.get_config())
     assert restored.token_embedding.dtype_policy.name == "mixed_bfloat16"
 
 
+@pytest.mark.tensorflow_backend
 def test_builds_under_a_distribution_strategy():
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
@@ -236,8 +242,8 @@ def test_albert_equals_keras_hub_albert_backbone_on_same_weights(groups, inner):
         ours.set_weights(theirs.get_weights())
     inputs = encoder_inputs()
     ours, theirs = encoder(inputs), reference(inputs)
-    np.testing.assert_allclose(ours["sequence_output"], theirs["sequence_output"], atol=1e-5)
-    np.testing.assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=1e-5)
+    assert_allclose(ours["sequence_output"], theirs["sequence_output"], atol=1e-5)
+    assert_allclose(ours["pooled_output"], theirs["pooled_output"], atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -358,9 +364,9 @@ def test_truncated_to_the_bottom_layers_gives_the_same_layer_outputs():
         assert student.num_layers == n and len(student.transformer_layers) == n
         outputs = student(inputs)
         for got, want in zip(outputs["encoder_outputs"], expected["encoder_outputs"][:n]):
-            np.testing.assert_allclose(got, want, atol=1e-6)
+            assert_allclose(got, want, atol=1e-6)
     # All layers: the pooler is the teacher's too.
-    np.testing.assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=1e-6)
+    assert_allclose(outputs["pooled_output"], expected["pooled_output"], atol=1e-6)
 
 
 def test_truncated_blocks_are_the_chosen_blocks_in_order():
@@ -372,9 +378,9 @@ def test_truncated_blocks_are_the_chosen_blocks_in_order():
     first = teacher.transformer_layers[0](embedded, padding_mask=mask)
     second = teacher.transformer_layers[2](first, padding_mask=mask)
     outputs = student(inputs)
-    np.testing.assert_allclose(outputs["encoder_outputs"][0], first, atol=1e-6)
-    np.testing.assert_allclose(outputs["encoder_outputs"][1], second, atol=1e-6)
-    np.testing.assert_allclose(outputs["pooled_output"], teacher.pooler_dense(second[:, 0]), atol=1e-6)
+    assert_allclose(outputs["encoder_outputs"][0], first, atol=1e-6)
+    assert_allclose(outputs["encoder_outputs"][1], second, atol=1e-6)
+    assert_allclose(outputs["pooled_output"], teacher.pooler_dense(second[:, 0]), atol=1e-6)
     # The weights are copies: training the student leaves the teacher alone.
     before = teacher.transformer_layers[2].get_weights()
     kernel = student.transformer_layers[1].weights[0]
@@ -389,7 +395,7 @@ def test_truncated_head_pruned_encoder_keeps_the_chosen_layers_heads():
     inputs = encoder_inputs()
     embedded = teacher.embed(inputs["token_ids"], inputs["segment_ids"])
     first = teacher.transformer_layers[1](embedded, padding_mask=inputs["padding_mask"])
-    np.testing.assert_allclose(student(inputs)["encoder_outputs"][0], first, atol=1e-6)
+    assert_allclose(student(inputs)["encoder_outputs"][0], first, atol=1e-6)
 
 
 def test_truncated_config_round_trips_and_keeps_the_rest_of_the_config():

@@ -6,7 +6,10 @@ import tensorflow as tf
 import kbert
 from kbert.callbacks.attention_map_logger import attention_scores
 from tests.callbacks.event_files import scalars
-from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+from tests.test_case import assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 TEXTS = [
     "the cat sat on the mat", "a good film", "free prize now !", "see you soon",
@@ -125,11 +128,11 @@ def test_loss_parts_equal_a_numpy_computation(student_heads):
     parts = {name: float(value) for name, value in distiller.compute_loss_parts(inputs).items()}
     assert sorted(parts) == PARTS
     for name in PARTS:
-        np.testing.assert_allclose(parts[name], expected[name], rtol=1e-4, err_msg=name)
+        assert_allclose(parts[name], expected[name], rtol=1e-4, err_msg=name)
     assert expected["attention_loss"] > 1e-3  # a map mismatch the test can see
     # Padding is left out: changing what the padded positions hold changes nothing.
     repadded = dict(inputs, token_ids=np.where(mask == 1, inputs["token_ids"], 7))
-    np.testing.assert_allclose(float(distiller.compute_loss_parts(repadded)["loss"]), parts["loss"],
+    assert_allclose(float(distiller.compute_loss_parts(repadded)["loss"]), parts["loss"],
                                rtol=1e-5)
 
 
@@ -161,15 +164,15 @@ def test_training_reduces_every_part_and_brings_the_student_closer(tmp_path):
     assert numpy_mse(moved, target, mask) < numpy_mse(np.zeros_like(target), target, mask)
     # The teacher and the student's pooler are left as they were.
     for was, now in zip(teacher_before, teacher.get_weights()):
-        np.testing.assert_array_equal(was, now)
+        assert_array_equal(was, now)
     for was, now in zip(pooler_before, student.pooler_dense.weights):
-        np.testing.assert_array_equal(was, numpy(now))
+        assert_array_equal(was, numpy(now))
 
     # Each part is a scalar of its own in TensorBoard, equal to the logs.
     train = scalars(tmp_path / "train")
     for name in PARTS:
         assert sorted(train[f"epoch_{name}"]) == list(range(5))
-        np.testing.assert_allclose(train[f"epoch_{name}"][4], history.history[name][-1], rtol=1e-6)
+        assert_allclose(train[f"epoch_{name}"][4], history.history[name][-1], rtol=1e-6)
 
 
 def test_task_models_give_their_encoder_and_packer_and_datasets_and_pairs_fit():
@@ -210,12 +213,12 @@ def test_config_and_keras_file_round_trip(tmp_path):
     assert loaded.layer_map == (1, 2) and loaded.parts == ("hidden_loss", "attention_loss")
     inputs = batch()
     for name, value in distiller.compute_loss_parts(inputs).items():
-        np.testing.assert_allclose(float(loaded.compute_loss_parts(inputs)[name]), float(value),
+        assert_allclose(float(loaded.compute_loss_parts(inputs)[name]), float(value),
                                    rtol=1e-6)
     # The optimizer comes back with its state, ready to go on.
     assert int(loaded.optimizer.iterations) == 2
     for saved, restored_variable in zip(distiller.optimizer.variables, loaded.optimizer.variables):
-        np.testing.assert_array_equal(numpy(saved), numpy(restored_variable))
+        assert_array_equal(numpy(saved), numpy(restored_variable))
 
 
 def test_bad_arguments():

@@ -13,7 +13,18 @@ from kbert.models.pretrainer import (
     default_pretraining_learning_rate,
 )
 from kbert.optimization import WarmupLinearDecay
-from tests.test_case import assert_all_close, dtype, numpy, run_config_round_trip, tiny_encoder_kwargs
+from tests.test_case import (
+    assert_all_close,
+    assert_allclose,
+    assert_array_equal,
+    dtype,
+    numpy,
+    run_config_round_trip,
+    tiny_encoder_kwargs,
+)
+
+# kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
+pytestmark = pytest.mark.all_backends
 
 VOCABULARY_SIZE = 27
 LOG_NAMES = ["loss", "mlm_accuracy", "mlm_loss", "nsp_accuracy", "nsp_loss"]
@@ -96,7 +107,7 @@ def test_mlm_logits_are_read_at_the_mask_positions():
     x, _, _ = pretraining_batch()
     logits = numpy(model(x)["mlm"])
     swapped = dict(x, mask_positions=x["mask_positions"][:, ::-1])
-    np.testing.assert_allclose(numpy(model(swapped)["mlm"]), logits[:, ::-1], atol=1e-5)
+    assert_allclose(numpy(model(swapped)["mlm"]), logits[:, ::-1], atol=1e-5)
 
 
 def test_without_next_sentence_there_is_only_the_mlm_output():
@@ -117,7 +128,7 @@ def test_without_next_sentence_there_is_only_the_mlm_output():
     assert model.optimizer._learning_rate.get_config()["total_steps"] == 6
     # Nothing reads the pooler without next-sentence prediction: it is not trained.
     for before, after in zip(pooler, model.encoder.pooler_dense.weights):
-        np.testing.assert_array_equal(before, numpy(after))
+        assert_array_equal(before, numpy(after))
     with_nsp = tiny_pretrainer()
     assert len(with_nsp.trainable_weights) == len(model.trainable_weights) + 2 + 2  # NSP head, pooler
 
@@ -147,7 +158,7 @@ def test_output_projection_is_tied_to_the_token_embedding():
     new[unused] += np.random.default_rng(1).normal(size=(unused.size, hidden))
     embeddings.assign(new)
     after = numpy(model(x)["mlm"])
-    np.testing.assert_allclose(numpy(encoder(encoder_inputs)["sequence_output"]), encoded)
+    assert_allclose(numpy(encoder(encoder_inputs)["sequence_output"]), encoded)
     changed = np.abs(after - before).max(axis=(0, 1)) > 1e-4
     assert changed[unused].all() and not changed[np.setdiff1d(np.arange(vocabulary), unused)].any()
 
@@ -161,25 +172,25 @@ def test_loss_is_the_mean_over_real_predictions_plus_nsp():
     mlm_losses = cross_entropy(numpy(outputs["mlm"]), y["mlm"])
     expected_mlm = (mlm_losses * weights).sum() / weights.sum()
     expected_nsp = cross_entropy(numpy(outputs["nsp"]), y["nsp"]).mean()
-    np.testing.assert_allclose(results["mlm_loss"], expected_mlm, rtol=1e-5)
-    np.testing.assert_allclose(results["nsp_loss"], expected_nsp, rtol=1e-5)
-    np.testing.assert_allclose(results["loss"], expected_mlm + expected_nsp, rtol=1e-5)
+    assert_allclose(results["mlm_loss"], expected_mlm, rtol=1e-5)
+    assert_allclose(results["nsp_loss"], expected_nsp, rtol=1e-5)
+    assert_allclose(results["loss"], expected_mlm + expected_nsp, rtol=1e-5)
     # Accuracy counts real predictions only.
     correct = numpy(outputs["mlm"]).argmax(-1) == y["mlm"]
-    np.testing.assert_allclose(
+    assert_allclose(
         results["mlm_accuracy"], (correct * weights).sum() / weights.sum(), rtol=1e-6
     )
     # A label on a padded prediction (weight 0) changes nothing.
     relabelled = {"mlm": y["mlm"].copy(), "nsp": y["nsp"]}
     relabelled["mlm"][-1, 1:] = 7
     again = model.evaluate(x, relabelled, sample_weight=sample_weight, verbose=0, return_dict=True)
-    np.testing.assert_allclose(again["loss"], results["loss"], rtol=1e-6)
-    np.testing.assert_allclose(again["mlm_accuracy"], results["mlm_accuracy"], rtol=1e-6)
+    assert_allclose(again["loss"], results["loss"], rtol=1e-6)
+    assert_allclose(again["mlm_accuracy"], results["mlm_accuracy"], rtol=1e-6)
     # ... while one on a real prediction does.
     relabelled["mlm"][0, 0] = (y["mlm"][0, 0] + 1) % VOCABULARY_SIZE
     changed = model.evaluate(x, relabelled, sample_weight=sample_weight, verbose=0, return_dict=True)
     expected_change = (mlm_losses[0, 0] - cross_entropy(numpy(outputs["mlm"])[:1, :1], relabelled["mlm"][:1, :1])[0, 0])
-    np.testing.assert_allclose(results["loss"] - changed["loss"], expected_change / weights.sum(), atol=1e-6)
+    assert_allclose(results["loss"] - changed["loss"], expected_change / weights.sum(), atol=1e-6)
     assert changed["loss"] != results["loss"]
 
 
@@ -220,7 +231,7 @@ def test_compile_can_be_overridden():
     assert isinstance(model.optimizer, keras.optimizers.SGD)
     x, y, sample_weight = pretraining_batch()
     results = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
-    np.testing.assert_allclose(results["loss"], results["mlm_loss"], rtol=1e-6)
+    assert_allclose(results["loss"], results["mlm_loss"], rtol=1e-6)
 
 
 def test_config_round_trip():
@@ -243,7 +254,7 @@ def test_save_and_load_restore_outputs_and_optimizer(tmp_path):
     assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 2
     assert isinstance(restored.optimizer._learning_rate, WarmupLinearDecay)
     for saved, loaded in zip(model.optimizer.variables, restored.optimizer.variables):
-        np.testing.assert_allclose(numpy(saved), numpy(loaded))
+        assert_allclose(numpy(saved), numpy(loaded))
     # Still tied after loading: one embedding matrix serves input and output.
     assert restored.masked_lm_head.token_embedding is restored.encoder.token_embedding
     history = restored.fit(x, y, sample_weight=sample_weight, batch_size=2, verbose=0)
@@ -274,8 +285,8 @@ def test_sop_has_its_own_head_and_output_and_fits():
     y, sample_weight = as_sop(y, sample_weight)
     results = model.evaluate(x, y, sample_weight=sample_weight, verbose=0, return_dict=True)
     expected_sop = cross_entropy(numpy(outputs["sop"]), y["sop"]).mean()
-    np.testing.assert_allclose(results["sop_loss"], expected_sop, rtol=1e-5)
-    np.testing.assert_allclose(results["loss"], results["mlm_loss"] + expected_sop, rtol=1e-5)
+    assert_allclose(results["sop_loss"], expected_sop, rtol=1e-5)
+    assert_allclose(results["loss"], results["mlm_loss"] + expected_sop, rtol=1e-5)
     model.compile(learning_rate=3e-3)
     pooler = [numpy(w) for w in model.encoder.pooler_dense.weights]
     dataset = tf.data.Dataset.from_tensors((x, y, sample_weight)).repeat(10)
@@ -304,7 +315,7 @@ def test_masked_lm_head_of_an_albert_encoder_projects_to_the_embedding_size():
     projected = numpy(head._intermediate_layer_norm(head._intermediate_dense(gathered)))
     assert projected.shape == (4, 3, embedding)
     expected = projected @ numpy(embeddings).T + numpy(head._bias)
-    np.testing.assert_allclose(numpy(model(x)["mlm"]), expected, atol=1e-5)
+    assert_allclose(numpy(model(x)["mlm"]), expected, atol=1e-5)
 
 
 def test_sop_config_and_keras_round_trip(tmp_path):
@@ -410,7 +421,7 @@ def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed, 
         # A dataset continues at the batch after the backup: the same steps,
         # batches, learning rates and dropout masks as the uninterrupted run.
         for a, b in zip(straight.get_weights(), model.get_weights()):
-            np.testing.assert_array_equal(a, b)
+            assert_array_equal(a, b)
 
 
 def test_gradient_accumulation_updates_as_the_large_batch_does():

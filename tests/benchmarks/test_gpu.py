@@ -1,0 +1,35 @@
+"""benchmarks/gpu.py at its tiny size on the CPU: every path it measures runs, and its table and JSON say so."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# torch.compile's row is left out: compiling for the CPU takes minutes, and it
+# runs the same code as the eager `transformers` row.
+PATHS = ["kbert-jax", "kbert-torch", "keras-hub-torch", "transformers"]
+
+
+@pytest.mark.tensorflow_backend  # it starts each path's process with its own backend
+def test_the_tiny_benchmark_measures_every_path(tmp_path):
+    out = tmp_path / "gpu-tiny.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"), "--tiny", "--paths", *PATHS,
+         "--workloads", "train_32x128", "--timed-steps", "1", "--out", str(out)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [row["path"] for row in report["rows"]] == PATHS
+    for row in report["rows"]:
+        assert "error" not in row, row
+        assert row["sequences_per_second"] > 0 and row["device"].startswith("cpu")
+        assert (row["batch_size"], row["sequence_length"]) == (4, 32)
+    assert report["model"]["num_layers"] == 2
+    # The table: a row per path, a column per workload.
+    lines = result.stdout.splitlines()
+    assert "| path | train_32x128 |" in lines
+    assert all(any(line.startswith(f"| {path} | ") for line in lines) for path in PATHS)
