@@ -202,7 +202,7 @@ def _train(args):
 
 
 def _distill(args):
-    from kbert.compression.runs import distill_task
+    from kbert.compression_runs import distill_task
 
     result = distill_task(
         args.task, args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
@@ -218,7 +218,7 @@ def _distill(args):
 
 
 def _prune(args):
-    from kbert.compression.runs import prune_task
+    from kbert.compression_runs import prune_task
 
     result = prune_task(
         args.task, args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,

@@ -122,7 +122,7 @@ def run_task_test(model, x, y, tmp_path, batch_size=2, dataset=None, request=Non
     Returns `(restored, predictions)`.
     """
     import kbert
-    from kbert.data.input_pipeline import cut_padding
+    from kbert.preprocessing.input_pipeline import cut_padding
 
     if trains:
         history = model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)

@@ -166,7 +166,7 @@ class AttentionMapLogger(keras.callbacks.Callback):
         self._writers.close()
 
     def _tokenizer(self, model):
-        from kbert.preprocessing.base_tokenizer import tokenizer_from_vocabulary
+        from kbert.preprocessing.tokenizers import tokenizer_from_vocabulary
 
         if self.vocabulary is not None:
             self.vocabulary = tokenizer_from_vocabulary(self.vocabulary, lowercase=self.lowercase)

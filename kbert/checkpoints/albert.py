@@ -105,12 +105,6 @@ def checkpoint_name(variable_path):
     raise KeyError(f"No ALBERT checkpoint name for the encoder variable {variable_path!r}.")
 
 
-def is_albert_encoder(encoder):
-    """Whether an encoder needs ALBERT's format: factorized embeddings, shared layers or GELU's tanh form."""
-    shared = encoder.num_groups != encoder.num_layers or encoder.num_inner_repetitions != 1
-    return encoder.embedding_size != encoder.hidden_dim or shared or encoder.activation != "gelu"
-
-
 def encoder_config_from_albert(config, source):
     """`kbert.Encoder` arguments from a Hugging Face ALBERT config dict."""
     missing = [key for key in _CONFIG_KEYS if key not in config]

@@ -255,6 +255,7 @@ def save_pretrained(model, tokenizer, folder):
     have every head in every layer.
     """
     from kbert.models.encoder import Encoder
+    from kbert.models.keras_hub_encoders import is_albert_encoder
     from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
 
     encoder = model if isinstance(model, Encoder) else getattr(model, "encoder", None)
@@ -266,7 +267,7 @@ def save_pretrained(model, tokenizer, folder):
             f"{encoder.heads_per_layer}); BERT and ALBERT checkpoints have every head in every "
             "layer. Save it with `model.save(\"name.keras\")` or export it with `kbert.export`."
         )
-    is_albert = albert.is_albert_encoder(encoder)
+    is_albert = is_albert_encoder(encoder)
     sentence_piece = isinstance(tokenizer, SentencePieceTokenizer)
     if is_albert or sentence_piece:
         if not (is_albert and sentence_piece):

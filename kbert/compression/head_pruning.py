@@ -23,7 +23,7 @@ import numpy as np
 from keras import ops
 
 from kbert.backend import gradient_function
-from kbert.models.encoder import Encoder
+from kbert.compression.sparsity import is_encoder
 
 # The attention layer's projections whose kernel and bias have a head axis,
 # with that axis: query, key and value kernels are (hidden, heads, head size)
@@ -211,7 +211,7 @@ def prune_heads(model, heads=None, fraction=None, importance=None, x=None, y=Non
     >>> pruned.heads_per_layer, encoder.count_params() - pruned.count_params()
     ([2, 3], 804)
     """
-    encoder = model if isinstance(model, Encoder) else _task_encoder(model)
+    encoder = model if is_encoder(model) else _task_encoder(model)
     if (heads is None) == (fraction is None):
         raise ValueError("Give `prune_heads` either `heads` ({layer: [head, ...]}) or a `fraction`.")
     if fraction is not None:
@@ -242,9 +242,9 @@ def prune_heads(model, heads=None, fraction=None, importance=None, x=None, y=Non
         )
     config = encoder.get_config()
     config["heads_per_layer"] = [len(kept_heads[layer]) for layer in range(encoder.num_layers)]
-    pruned = _rebuilt(model, Encoder.from_config(config))
+    pruned = _rebuilt(model, type(encoder).from_config(config))
 
-    pruned_encoder = pruned if isinstance(pruned, Encoder) else pruned.encoder
+    pruned_encoder = pruned if is_encoder(pruned) else pruned.encoder
     attention_variables = {
         id(variable): (layer, name)
         for layer, block in enumerate(pruned_encoder.transformer_layers)
@@ -281,12 +281,12 @@ def mask_heads(model, heads):
     >>> float(np.abs(kernel[2]).max()), bool(np.abs(kernel[1]).max() > 0)
     (0.0, True)
     """
-    encoder = model if isinstance(model, Encoder) else _task_encoder(model)
+    encoder = model if is_encoder(model) else _task_encoder(model)
     removed = _checked_heads(encoder, heads)
-    copy = _rebuilt(model, Encoder.from_config(encoder.get_config()))
+    copy = _rebuilt(model, type(encoder).from_config(encoder.get_config()))
     for source, target in _paired_weights(model, copy):
         target.assign(source.numpy())
-    copy_encoder = copy if isinstance(copy, Encoder) else copy.encoder
+    copy_encoder = copy if is_encoder(copy) else copy.encoder
     for layer, dropped in removed.items():
         kernel = _attention(copy_encoder.transformer_layers[layer])._output_dense.kernel
         value = kernel.numpy()
@@ -297,7 +297,7 @@ def mask_heads(model, heads):
 
 def _task_encoder(model):
     encoder = getattr(model, "encoder", None)
-    if not isinstance(encoder, Encoder) or not hasattr(model, "preprocessor"):
+    if not is_encoder(encoder) or not hasattr(model, "preprocessor"):
         raise TypeError(
             f"Expected a kbert task model (a model with an `encoder` and a `preprocessor`), got "
             f"{type(model).__name__}."
@@ -307,7 +307,7 @@ def _task_encoder(model):
 
 def _batches(model, x, y, batch_size):
     """Batches of `(features, targets[, sample_weight])`: token ids as they are, other inputs through the task's pipeline."""
-    from kbert.models.task_model import KERAS_DEFAULT_BATCH_SIZE, is_token_ids
+    from kbert.model_inputs import KERAS_DEFAULT_BATCH_SIZE, is_token_ids
 
     if not is_token_ids(x):
         return model._task_dataset(x, y, batch_size=batch_size)
@@ -381,7 +381,7 @@ def _head_variables(block):
 
 def _rebuilt(model, encoder):
     """A new model of `model`'s class and configuration on `encoder` (fresh weights), compiled as `model` is."""
-    if isinstance(model, Encoder):
+    if is_encoder(model):
         return encoder
     config = model.get_config()
     config["encoder"] = encoder

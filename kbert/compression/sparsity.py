@@ -1,5 +1,6 @@
 """How sparse an encoder's prunable kernels are: `sparsity(model)` and a readable table of it."""
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -18,14 +19,22 @@ _FEEDFORWARD_DENSES = {
 }
 
 
+def is_encoder(model):
+    """Whether `model` is a `kbert.Encoder`.
+
+    The class is the one Keras registered: compression works on the models
+    without importing them (no encoder exists before its module is loaded).
+    """
+    encoder_class = keras.saving.get_registered_object("kbert>Encoder")
+    return encoder_class is not None and isinstance(model, encoder_class)
+
+
 def find_encoder(model):
     """The `kbert.Encoder` of `model`: the model itself, or its `.encoder`."""
-    from kbert.models.encoder import Encoder
-
-    if isinstance(model, Encoder):
+    if is_encoder(model):
         return model
     encoder = getattr(model, "encoder", None)
-    if isinstance(encoder, Encoder):
+    if is_encoder(encoder):
         return encoder
     raise TypeError(
         f"Expected a kbert.Encoder or a model with one as `.encoder` (a task model, a "

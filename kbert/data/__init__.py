@@ -50,7 +50,7 @@ __all__ = [
 def __getattr__(name):
     # The input pipeline is TensorFlow: imported when asked for, not with the readers.
     if name == "task_dataset":
-        from kbert.data.input_pipeline import task_dataset
+        from kbert.preprocessing.input_pipeline import task_dataset
 
         return task_dataset
     raise AttributeError(f"module 'kbert.data' has no attribute {name!r}")

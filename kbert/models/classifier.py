@@ -4,12 +4,12 @@ import keras
 import numpy as np
 
 from kbert.metrics.classification import classification_report
+from kbert.model_inputs import is_token_ids
 from kbert.models.task_model import (
     TaskModel,
     deprecated,
     encoder_and_preprocessor,
     head_setting,
-    is_token_ids,
     output_head,
 )
 from kbert.tensorflow_support import is_tf_dataset

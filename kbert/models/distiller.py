@@ -240,7 +240,7 @@ class Distiller(MultiWorkerFit, keras.Model):
                 raise ValueError("`validation_data` must be (inputs, labels).")
             validation = [tuple(validation_data)]
         require_tensorflow("Distillation on raw inputs")
-        from kbert.data.input_pipeline import examples_dataset
+        from kbert.preprocessing.input_pipeline import examples_dataset
 
         examples = self.teacher_examples([training, validation], batch_size, verbose)
         strategy = model_strategy(self)
@@ -272,7 +272,7 @@ class Distiller(MultiWorkerFit, keras.Model):
         if y is None:
             raise ValueError("`evaluate` needs the true labels: evaluate(inputs, labels).")
         require_tensorflow("Distillation on raw inputs")
-        from kbert.data.input_pipeline import examples_dataset
+        from kbert.preprocessing.input_pipeline import examples_dataset
 
         (examples,) = self.teacher_examples([[(x, y)]], batch_size, verbose)
         dataset = examples_dataset(self.student.preprocessor, examples, batch_size)

@@ -333,9 +333,9 @@ class Encoder(LayersBeforeInit, keras.Model):
         >>> encoder.num_layers, encoder.hidden_dim
         (1, 8)
         """
-        from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub
+        from kbert.models.keras_hub_encoders import encoder_from_backbone
 
-        return encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype)
+        return encoder_from_backbone(cls, backbone, dropout=dropout, dtype=dtype)
 
     def to_keras_hub(self):
         """A keras-hub `BertBackbone` (`AlbertBackbone` for an ALBERT) with this encoder's shape, dropout, dtype and weights.
@@ -346,9 +346,9 @@ class Encoder(LayersBeforeInit, keras.Model):
         >>> type(backbone).__name__, backbone.num_layers
         ('BertBackbone', 1)
         """
-        from kbert.checkpoints.keras_hub_models import encoder_to_keras_hub
+        from kbert.models.keras_hub_encoders import backbone_from_encoder
 
-        return encoder_to_keras_hub(self)
+        return backbone_from_encoder(self)
 
     def truncated(self, layers):
         """A new encoder of the chosen layers: the same embeddings, those blocks in order, the same pooler.

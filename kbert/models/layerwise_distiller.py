@@ -8,8 +8,8 @@ from kbert.compression.layer_mapping import (
     encoder_states,
     masked_mean_squared_error,
 )
+from kbert.model_inputs import known_steps
 from kbert.models.encoder import Encoder, bert_initializer
-from kbert.models.task_model import known_steps
 from kbert.optimization import (
     batches_trained,
     bert_adamw,
@@ -284,7 +284,7 @@ class LayerwiseDistiller(keras.Model):
         every batch is padded to its longest text, as the task models'
         `kbert.data.task_dataset` does.
         """
-        from kbert.data.input_pipeline import task_dataset
+        from kbert.preprocessing.input_pipeline import task_dataset
         from kbert.preprocessing.task_preprocessor import TaskPreprocessor
 
         return task_dataset(TaskPreprocessor(self.preprocessor), x, batch_size=batch_size,

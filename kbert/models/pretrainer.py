@@ -6,8 +6,9 @@ import keras_hub
 from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, distributed_stream, model_strategy
+from kbert.model_inputs import known_steps
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
-from kbert.models.task_model import FreezesUnusedPooler, known_steps
+from kbert.models.task_model import FreezesUnusedPooler
 from kbert.optimization import batches_trained, bert_adamw, start_schedule_window, with_loss_scaling
 from kbert.preprocessing.sentence_pair_builder import resolve_objective
 from kbert.tensorflow_support import is_tf_dataset

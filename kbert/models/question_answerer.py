@@ -4,7 +4,8 @@ import keras
 import numpy as np
 
 from kbert.metrics.squad import squad_scores
-from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, is_token_ids, output_head
+from kbert.model_inputs import is_token_ids
+from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
 from kbert.tensorflow_support import require_tensorflow
 
 

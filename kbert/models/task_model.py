@@ -1,7 +1,5 @@
 """Base class of kbert's task models: Keras models that take raw text."""
 
-import collections.abc
-import math
 import warnings
 
 import keras
@@ -10,6 +8,7 @@ import numpy as np
 from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
+from kbert.model_inputs import is_token_ids, known_steps
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.optimization import (
     batches_trained,
@@ -20,8 +19,6 @@ from kbert.optimization import (
 )
 from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
 
-# Keras' own batch size when `fit` gets arrays and no `batch_size`.
-KERAS_DEFAULT_BATCH_SIZE = 32
 
 
 class FreezesUnusedPooler:
@@ -180,7 +177,7 @@ class TaskModel(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Mod
     def _task_dataset(self, x, y=None, sample_weight=None, batch_size=None, **kwargs):
         """`kbert.data.task_dataset` of raw inputs (TensorFlow, and this model's preprocessor)."""
         require_tensorflow("Raw-text input (tf.data and the TF-Text preprocessor)")
-        from kbert.data.input_pipeline import task_dataset
+        from kbert.preprocessing.input_pipeline import task_dataset
 
         if self.preprocessor is None and not is_tf_dataset(x):
             self._raw_input_preprocessor()
@@ -359,37 +356,3 @@ def softmax(logits):
 
 def deprecated(old, new):
     warnings.warn(f"`{old}` is deprecated; use `{new}`.", DeprecationWarning, stacklevel=3)
-
-
-def is_token_ids(x):
-    """Whether `x` is model inputs for Keras as it is, not raw examples for the task preprocessor.
-
-    Model inputs are a dict of arrays (`token_ids`, `segment_ids`,
-    `padding_mask`), or an iterable of batches of them that Keras reads
-    itself: a generator or other iterator, a `keras.utils.PyDataset`, a
-    PyTorch `DataLoader`. A `tf.data.Dataset` goes to `task_dataset`, which
-    passes batches of model inputs through.
-    """
-    if isinstance(x, collections.abc.Mapping) or isinstance(x, keras.utils.PyDataset):
-        return True
-    if isinstance(x, collections.abc.Iterator):
-        return True
-    return type(x).__module__.startswith("torch.utils.data")
-
-
-def known_steps(x, batch_size):
-    """Batches per epoch of a dataset, of arrays or of a sized iterable of batches; `None` when unknown."""
-    if is_tf_dataset(x):
-        cardinality = int(x.cardinality())
-        return cardinality if cardinality > 0 else None
-    if isinstance(x, collections.abc.Mapping):
-        leaves = keras.tree.flatten(x)
-        if leaves and len(getattr(leaves[0], "shape", ())) > 0:
-            return math.ceil(int(leaves[0].shape[0]) / (batch_size or KERAS_DEFAULT_BATCH_SIZE))
-        return None
-    if isinstance(x, keras.utils.PyDataset):
-        return x.num_batches
-    try:
-        return len(x)
-    except TypeError:
-        return None

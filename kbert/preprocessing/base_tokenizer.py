@@ -108,26 +108,3 @@ class BaseTokenizer(PreprocessingLayer):
             token_ids = tf.ragged.boolean_mask(token_ids, token_ids.with_flat_values(keep))
         texts = self._join_pieces(token_ids)
         return texts[0] if scalar else texts
-
-
-def tokenizer_from_vocabulary(vocabulary, lowercase=True):
-    """The tokenizer a `vocabulary` argument stands for.
-
-    A ready tokenizer is returned as is; a SentencePiece model (its bytes, or
-    a path ending in `.model` or `.spm`, such as ALBERT's `spiece.model`)
-    gives a `kbert.SentencePieceTokenizer`; a list of tokens or a `vocab.txt`
-    path gives a WordPiece `kbert.Tokenizer`.
-    """
-    import os
-
-    from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
-    from kbert.preprocessing.tokenizer import Tokenizer
-
-    if isinstance(vocabulary, BaseTokenizer):
-        return vocabulary
-    if isinstance(vocabulary, (bytes, bytearray)) or (
-        isinstance(vocabulary, (str, os.PathLike))
-        and os.fspath(vocabulary).endswith((".model", ".spm"))
-    ):
-        return SentencePieceTokenizer(vocabulary, lowercase=lowercase)
-    return Tokenizer(vocabulary, lowercase=lowercase)

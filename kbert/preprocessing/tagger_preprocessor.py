@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.data.input_pipeline import padded_length
+from kbert.preprocessing.input_pipeline import padded_length
 from kbert.preprocessing.task_preprocessor import (
     TaskPreprocessor,
     model_outputs,

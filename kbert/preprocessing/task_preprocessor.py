@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kbert.data.input_pipeline import DEFAULT_BATCH_SIZE
+from kbert.preprocessing.input_pipeline import DEFAULT_BATCH_SIZE
 from kbert.preprocessing.preprocessing_layer import PreprocessingLayer
 from kbert.preprocessing.preprocessor import Preprocessor, split_segments
 

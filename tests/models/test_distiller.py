@@ -6,7 +6,7 @@ import pytest
 
 import kbert
 from kbert.compression import distillation_loss
-from kbert.data.input_pipeline import examples_dataset
+from kbert.preprocessing.input_pipeline import examples_dataset
 from tests.callbacks import event_files
 from tests.test_case import assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
 

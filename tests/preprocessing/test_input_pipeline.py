@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
-from kbert.data.input_pipeline import LENGTH_GROUP_BATCHES, cut_padding, padded_length
+from kbert.preprocessing.input_pipeline import LENGTH_GROUP_BATCHES, cut_padding, padded_length
 from tests.test_case import TINY_VOCABULARY
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now !", "see"]

@@ -1,7 +1,7 @@
 import json
 
 import kbert
-from kbert.compression.runs import _transfer_set, distill_task
+from kbert.compression_runs import _transfer_set, distill_task
 from kbert.fine_tuning import DEFAULT_VOCABULARY_CHECKPOINT, load_split, take
 
 

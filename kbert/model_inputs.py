@@ -1,0 +1,45 @@
+"""What Keras takes as data, beside kbert's raw text: token ids, and how many batches they make."""
+
+import collections.abc
+import math
+
+import keras
+
+from kbert.tensorflow_support import is_tf_dataset
+
+# Keras' own batch size when `fit` gets arrays and no `batch_size`.
+KERAS_DEFAULT_BATCH_SIZE = 32
+
+
+def is_token_ids(x):
+    """Whether `x` is model inputs for Keras as it is, not raw examples for the task preprocessor.
+
+    Model inputs are a dict of arrays (`token_ids`, `segment_ids`,
+    `padding_mask`), or an iterable of batches of them that Keras reads
+    itself: a generator or other iterator, a `keras.utils.PyDataset`, a
+    PyTorch `DataLoader`. A `tf.data.Dataset` goes to `task_dataset`, which
+    passes batches of model inputs through.
+    """
+    if isinstance(x, collections.abc.Mapping) or isinstance(x, keras.utils.PyDataset):
+        return True
+    if isinstance(x, collections.abc.Iterator):
+        return True
+    return type(x).__module__.startswith("torch.utils.data")
+
+
+def known_steps(x, batch_size):
+    """Batches per epoch of a dataset, of arrays or of a sized iterable of batches; `None` when unknown."""
+    if is_tf_dataset(x):
+        cardinality = int(x.cardinality())
+        return cardinality if cardinality > 0 else None
+    if isinstance(x, collections.abc.Mapping):
+        leaves = keras.tree.flatten(x)
+        if leaves and len(getattr(leaves[0], "shape", ())) > 0:
+            return math.ceil(int(leaves[0].shape[0]) / (batch_size or KERAS_DEFAULT_BATCH_SIZE))
+        return None
+    if isinstance(x, keras.utils.PyDataset):
+        return x.num_batches
+    try:
+        return len(x)
+    except TypeError:
+        return None
