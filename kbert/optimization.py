@@ -51,9 +51,12 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         `total_steps / steps_per_update` updates long.
         """
         per_update = max(int(steps_per_update or 1), 1)
-        self._start.assign(int(start_step))
-        self._per_update.assign(per_update)
-        self._total.assign(-1 if total_steps is None else max(-(-int(total_steps) // per_update), 1))
+        total = -1 if total_steps is None else max(-(-int(total_steps) // per_update), 1)
+        # Kept on the host as well: `get_config` must not read variables that
+        # a distribution strategy may hold on other devices or workers.
+        self._window = (int(start_step), total, per_update)
+        for variable, value in zip(self.variables, self._window):
+            variable.assign(value)
 
     def __call__(self, step):
         step = ops.floor_divide(ops.cast(step, "int32") - self._start.value, self._per_update.value)
@@ -68,7 +71,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return self.peak_learning_rate * ops.clip(fraction, 0.0, 1.0)
 
     def get_config(self):
-        start, total, per_update = (int(ops.convert_to_numpy(v.value)) for v in self.variables)
+        start, total, per_update = self._window
         config = {
             "peak_learning_rate": self.peak_learning_rate,
             "total_steps": None if total < 0 else total * per_update,

@@ -94,3 +94,27 @@ def test_the_window_is_optimizer_state_but_not_saved():
     for saved, loaded in zip([v for v in optimizer.variables if not any(v is w for w in schedule.variables)],
                              [v for v in restored.variables if not any(v is w for w in restored._learning_rate.variables)]):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(saved), keras.ops.convert_to_numpy(loaded))
+
+
+def test_a_float16_model_trains_with_loss_scaling():
+    """Under `mixed_float16` `compile` wraps the optimizer in loss scaling, and the step updates the weights."""
+    if BACKEND == "jax":
+        pytest.skip("XLA on the CPU has no float16 matrix product")
+    import kbert
+    from tests.test_case import tiny_encoder_kwargs
+
+    keras.utils.set_random_seed(0)
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(), dtype="mixed_float16")
+    model = kbert.Classifier(encoder, num_classes=2)
+    model.compile()
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(model.optimizer.inner_optimizer, BertAdamW)
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(5, 20, size=(8, 12)).astype("int32")
+    inputs = {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids),
+              "padding_mask": np.ones_like(token_ids, dtype=bool)}
+    before = keras.ops.convert_to_numpy(model.output_dense.kernel)
+    history = model.fit(inputs, np.arange(8) % 2, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert model.output_dense.compute_dtype == "float16"
+    assert not np.allclose(keras.ops.convert_to_numpy(model.output_dense.kernel), before)

@@ -150,6 +150,7 @@ def test_preset_shapes_and_parameter_count(name):
     assert encoder.count_params() == parameter_count(name, 1000)
 
 
+@pytest.mark.tensorflow_backend  # parameter counts: the same on every backend
 @pytest.mark.slow
 @pytest.mark.parametrize("name, expected", [("base", 109_482_240), ("large", 335_141_888)])
 def test_paper_sizes_have_the_papers_parameter_counts(name, expected):

@@ -492,8 +492,8 @@ def test_answers_in_a_saved_model_loaded_without_kbert(trained, tmp_path):
         import tensorflow as tf, tensorflow_text  # registers the TF-Text ops
         loaded = tf.saved_model.load({path!r})
         out = loaded.answer(tf.constant({questions!r}), tf.constant({contexts!r}))
-        out["text"] = [t.decode("utf-8") for t in numpy(out["text"])]
-        print(json.dumps({{k: v if isinstance(v, list) else numpy(v).tolist() for k, v in out.items()}}))
+        out["text"] = [t.decode("utf-8") for t in out["text"].numpy()]
+        print(json.dumps({{k: v if isinstance(v, list) else v.numpy().tolist() for k, v in out.items()}}))
         print(sorted(m for m in sys.modules if m.split(".")[0] == "kbert"))
         """
     )
