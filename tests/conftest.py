@@ -144,5 +144,10 @@ def release_memory():
     import keras
 
     keras.backend.clear_session(free_memory=True)
+    if keras.config.backend() == "jax":
+        import jax
+
+        # Compiled steps stay in JAX's caches, keyed by functions of models now gone.
+        jax.clear_caches()
     gc.collect()
     malloc_trim(0)

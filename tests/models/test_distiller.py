@@ -8,7 +8,7 @@ import kbert
 from kbert.compression import distillation_loss
 from kbert.preprocessing.input_pipeline import examples_dataset
 from tests.callbacks import event_files
-from tests.test_case import assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+from tests.test_case import BACKEND, assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
 pytestmark = pytest.mark.all_backends
@@ -238,6 +238,7 @@ def test_text_pair_student_saves_and_exports_like_any_classifier(tmp_path):
     assert served["label_ids"] == student.classify(pairs)
 
 
+@pytest.mark.tensorflow_backend  # the same distillation step as a classifier teacher's
 def test_multiple_choice_teacher():
     keras.utils.set_random_seed(3)
     teacher = kbert.multiple_choice("tiny", num_choices=2, vocabulary=TINY_VOCABULARY, sequence_length=8,

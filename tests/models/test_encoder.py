@@ -140,6 +140,7 @@ def test_unknown_preset_lists_the_presets():
         kbert.Encoder.from_preset("huge", vocabulary_size=100)
 
 
+@pytest.mark.tensorflow_backend  # shapes and counts: the same on every backend
 @pytest.mark.parametrize("name", ["tiny", "mini", "small"])
 def test_preset_shapes_and_parameter_count(name):
     encoder = kbert.Encoder.from_preset(name, vocabulary_size=1000)
@@ -262,6 +263,7 @@ def test_bad_albert_config_is_named(kwargs, message):
         kbert.Encoder(**albert_kwargs(**kwargs))
 
 
+@pytest.mark.tensorflow_backend  # parameter counts: the same on every backend
 @pytest.mark.parametrize("name", ["albert-base", "albert-large", "albert-xlarge", "albert-xxlarge"])
 def test_albert_presets_count_the_parameters_of_the_published_models(name):
     # keras-hub's AlbertBackbone presets (the published ALBERT v2 weights, 30,000 tokens)
@@ -286,6 +288,7 @@ def pruned_kwargs(**overrides):
     return {**tiny_encoder_kwargs(), "num_layers": 3, "num_heads": 4, "heads_per_layer": [4, 1, 3], **overrides}
 
 
+@pytest.mark.tensorflow_backend  # shapes and counts (test_across_backends compares a pruned encoder's outputs)
 def test_heads_per_layer_shapes_and_parameter_count():
     encoder = kbert.Encoder(**pruned_kwargs())
     for block, heads in zip(encoder.transformer_layers, [4, 1, 3]):

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.data import task_dataset
-from tests.test_case import ARCHITECTURES, TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
+from tests.test_case import TINY_VOCABULARY, run_config_round_trip, run_task_test, tiny_encoder_kwargs
 
 CONTEXTS = ["the cat sat", "a dog", "a good film", "free prize"]
 CHOICES = [
@@ -24,7 +24,8 @@ def tiny_multiple_choice(num_choices=3, sequence_length=10, architecture="bert",
 
 
 @pytest.mark.all_backends
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
+# ALBERT's encoder on every backend: tests/backend/test_across_backends.py.
+@pytest.mark.parametrize("architecture", ["bert", pytest.param("albert", marks=pytest.mark.tensorflow_backend)])
 def test_fit_predict_save_and_tf_data(tmp_path, architecture):
     model = tiny_multiple_choice(architecture=architecture)
     dataset = tf.data.Dataset.from_tensor_slices(((CONTEXTS, CHOICES), LABELS))
