@@ -7,6 +7,8 @@ other:
 - `kbert-jax`, `kbert-torch`: a `kbert.Classifier` (two classes) on
   `kbert.Encoder.from_preset("base")`, `dtype="mixed_bfloat16"`, compiled
   with kbert's defaults (AdamW, warm-up and decay, accuracy), fed token ids;
+- `kbert-torch-compile`: the same with `compile(jit_compile=True)`, which
+  has Keras' PyTorch trainer put each step through `torch.compile`;
 - `keras-hub-jax`, `keras-hub-torch`: keras-hub's `BertTextClassifier` on a
   `BertBackbone` of the same shape, `mixed_bfloat16`, AdamW;
 - `transformers`, `transformers-compile`: `BertForSequenceClassification`
@@ -39,11 +41,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Python puts this script's folder first on the path, where benchmarks/compression.py
-# would hide the standard library's `compression` package, which JAX imports.
+# Python puts this script's folder first on the path, where a benchmark's name
+# could hide a module that a library imports (tests/benchmarks checks the names).
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
-PATHS = ("kbert-jax", "kbert-torch", "keras-hub-jax", "keras-hub-torch", "transformers", "transformers-compile")
+PATHS = ("kbert-jax", "kbert-torch", "kbert-torch-compile", "keras-hub-jax", "keras-hub-torch", "transformers", "transformers-compile")
 WORKLOADS = {  # name: (training?, batch size, sequence length)
     "train_32x128": (True, 32, 128),
     "train_16x512": (True, 16, 512),
@@ -173,7 +175,7 @@ class KerasRunner:
             version = {"kbert": kbert.__version__}
             encoder = kbert.Encoder(**shape, max_sequence_length=max(512, length), dtype="mixed_bfloat16")
             model = kbert.Classifier(encoder, num_classes=2)
-            model.compile(learning_rate=LEARNING_RATE)
+            model.compile(learning_rate=LEARNING_RATE, jit_compile=path.endswith("-compile") or "auto")
         else:
             import keras_hub
 

@@ -33,8 +33,8 @@ minutes and examples x epochs.
 Prints a table per task and writes JSON (default `benchmarks/results/compression.json`).
 Fine-tuned teachers are kept in `--cache` and reused by later runs.
 
-    .venv/bin/python benchmarks/compression.py            # both tasks, about 90 minutes on 2 cores
-    .venv/bin/python benchmarks/compression.py --quick    # every row on tiny budgets, a few minutes
+    .venv/bin/python benchmarks/distillation_and_pruning.py            # both tasks, about 90 minutes on 2 cores
+    .venv/bin/python benchmarks/distillation_and_pruning.py --quick    # every row on tiny budgets, a few minutes
 """
 
 import argparse

@@ -7,9 +7,9 @@ of op time per op type (MatMul, BatchMatMulV2, Erf, Softmax, ...) and the
 slowest single ops. Op times are summed over threads, so shares, not
 milliseconds, compare paths.
 
-    .venv/bin/python benchmarks/profile.py --preset base --workload inference
-    .venv/bin/python benchmarks/profile.py --preset base --workload train_step --precision bf16
-    .venv/bin/python benchmarks/profile.py --preset tiny --batch-size 1 --sequence-length 32  # one short text
+    .venv/bin/python benchmarks/op_profile.py --preset base --workload inference
+    .venv/bin/python benchmarks/op_profile.py --preset base --workload train_step --precision bf16
+    .venv/bin/python benchmarks/op_profile.py --preset tiny --batch-size 1 --sequence-length 32  # one short text
 """
 
 import argparse
