@@ -93,6 +93,11 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
         if item.nodeid in OWN_PROCESS and not os.environ.get(IN_OWN_PROCESS):
             run_in_own_process(item)
+    # The groups that hold a slow test go first (pytest-xdist hands groups out
+    # in this order): a long group handed out last keeps one worker busy
+    # while the other waits.
+    slow_groups = {xdist_group_of(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: xdist_group_of(item) not in slow_groups)
 
 
 def pytest_configure(config):

@@ -41,6 +41,9 @@ def _albert_keras_hub_path(path):
 
 
 _PROJECTION = ("embedding_projection/kernel", "embedding_projection/bias")
+# The shape arguments that kbert's encoders and keras-hub's backbones name alike.
+_SHARED_SHAPE = ("vocabulary_size", "num_layers", "hidden_dim", "num_heads", "intermediate_dim",
+                 "max_sequence_length", "num_segments")
 
 
 def _relative_paths(model):
@@ -105,14 +108,8 @@ def encoder_from_backbone(encoder_class, backbone, dropout=None, dtype=None):
             f"{type(backbone).__name__}."
         )
     arguments = dict(
-        vocabulary_size=backbone.vocabulary_size,
-        num_layers=backbone.num_layers,
-        hidden_dim=backbone.hidden_dim,
-        num_heads=backbone.num_heads,
-        intermediate_dim=backbone.intermediate_dim,
+        {name: getattr(backbone, name) for name in _SHARED_SHAPE},
         dropout=backbone.dropout if dropout is None else dropout,
-        max_sequence_length=backbone.max_sequence_length,
-        num_segments=backbone.num_segments,
         dtype=backbone.token_embedding.dtype_policy if dtype is None else dtype,
     )
     unused = ()
@@ -161,14 +158,8 @@ def backbone_from_encoder(encoder):
             f"{encoder.heads_per_layer}); keras-hub's backbones have `num_heads` heads in every layer."
         )
     common = dict(
-        vocabulary_size=encoder.vocabulary_size,
-        num_layers=encoder.num_layers,
-        num_heads=encoder.num_heads,
-        hidden_dim=encoder.hidden_dim,
-        intermediate_dim=encoder.intermediate_dim,
+        {name: getattr(encoder, name) for name in _SHARED_SHAPE},
         dropout=encoder.dropout,
-        max_sequence_length=encoder.max_sequence_length,
-        num_segments=encoder.num_segments,
         dtype=encoder.layer_dtype_policy,
     )
     if not is_albert_encoder(encoder):
