@@ -2,8 +2,9 @@ import keras
 import numpy as np
 import pytest
 
+import kbert
 from kbert.optimization import BertAdamW, WarmupLinearDecay, bert_adamw
-from tests.test_case import BACKEND
+from tests.test_case import BACKEND, tiny_encoder_kwargs
 
 # The schedule and the optimizer are backend code (kbert.backend.AdamW): all of it runs on every backend.
 pytestmark = pytest.mark.all_backends
@@ -100,9 +101,6 @@ def test_a_float16_model_trains_with_loss_scaling():
     """Under `mixed_float16` `compile` wraps the optimizer in loss scaling, and the step updates the weights."""
     if BACKEND == "jax":
         pytest.skip("XLA on the CPU has no float16 matrix product")
-    import kbert
-    from tests.test_case import tiny_encoder_kwargs
-
     keras.utils.set_random_seed(0)
     encoder = kbert.Encoder(**tiny_encoder_kwargs(), dtype="mixed_float16")
     model = kbert.Classifier(encoder, num_classes=2)
