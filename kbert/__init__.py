@@ -192,11 +192,55 @@ def _is_the_kbert_command():
 
 
 def load_model(path):
-    """Loads a kbert model saved with `model.save("name.keras")`."""
+    """Loads a kbert model saved with `model.save("name.keras")`.
+
+    Loading is Keras' safe mode: no code in the file runs, and no path or
+    URL named inside it is read (a vocabulary travels in the file). A file
+    that is missing, a folder, or not a whole `.keras` archive (truncated,
+    corrupt) fails with one line naming it.
+    """
+    import zipfile
+
     import keras
 
+    _check_keras_file(path)
     _load()  # kbert's classes register with Keras when their modules load
-    return keras.saving.load_model(path)
+    try:
+        return keras.saving.load_model(path)
+    except (zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"{path} is not a valid .keras file: {error}.") from None
+    except TypeError as error:
+        # Keras wraps an error of a nested layer's `from_config` in a TypeError
+        # per level, each holding the whole config: the first one says it.
+        refusal = _first_value_error(error)
+        if refusal is None:
+            raise
+        raise ValueError(f"{path}: {refusal}") from None
+
+
+def _first_value_error(error):
+    while error is not None and not isinstance(error, ValueError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _check_keras_file(path):
+    import zipfile
+
+    path = os.fspath(path)
+    if "://" in path:
+        return  # Keras reads remote files itself
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No model file at {path}.")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a folder; give the model's .keras file.")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a valid .keras file (not a whole zip archive: truncated or corrupt).")
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+    missing = sorted({"config.json", "metadata.json"} - names)
+    if missing:
+        raise ValueError(f"{path} is not a valid .keras file (it lacks {', '.join(missing)}).")
 
 
 __all__ = [

@@ -1,5 +1,7 @@
 """Writes files so that a crash leaves either the old file or the new one."""
 
+import json
+import math
 import os
 import shutil
 import uuid
@@ -52,6 +54,52 @@ def write_atomically(path, write):
             os.remove(temporary)
         raise
     _flush_to_disk(directory)
+
+
+class SavesAtomically:
+    """A `keras.Model` mixin: `save` to a local `.keras` file replaces the old one atomically.
+
+    Keras writes a `.keras` file in place, so a full disk or a kill midway
+    destroys the model saved there before. Here the new file is written
+    beside it and renamed over it when complete (`write_atomically`); other
+    targets (a remote path, `zipped=False`, `overwrite=False` over an existing
+    file) are Keras' own `save`.
+    """
+
+    def save(self, filepath, overwrite=True, **kwargs):
+        path = os.fspath(filepath)
+        keras_save = super().save
+        if ("://" in path or not path.endswith(".keras") or kwargs.get("zipped") is False
+                or (not overwrite and os.path.exists(path))):
+            return keras_save(filepath, overwrite=overwrite, **kwargs)
+        return write_atomically(path, lambda temporary: keras_save(temporary, overwrite=True, **kwargs))
+
+
+def json_text(value):
+    """`value` as strict JSON text, NaN and infinities as null (Python's `json` writes a bare NaN, which JSON readers refuse)."""
+
+    def finite(item):
+        if isinstance(item, float) and not math.isfinite(item):
+            return None
+        if isinstance(item, dict):
+            return {key: finite(inner) for key, inner in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [finite(inner) for inner in item]
+        return item
+
+    return json.dumps(finite(value), indent=2, allow_nan=False) + "\n"
+
+
+def write_text(path, text):
+    """Writes `text` to `path` (UTF-8), closing the file before returning: a `write` for `write_atomically`."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+
+
+def contains_path(folder, path):
+    """Whether `path` is `folder` or lies inside it, links resolved."""
+    folder, path = os.path.realpath(folder), os.path.realpath(path)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def remove_temporary_files(directory):

@@ -1,6 +1,8 @@
 """The `kbert` command line."""
 
 import argparse
+import math
+import os
 import sys
 
 
@@ -26,8 +28,6 @@ def _vocabulary(args):
 
 def _read_or_learn_vocabulary(args, out_dir, prepared=None):
     """The run's vocabulary: --vocabulary, or the run folder's, or the prepared folder's, or learned from the corpus."""
-    import os
-
     import kbert
     from kbert.preprocessing.tokenizer import read_vocabulary
 
@@ -132,13 +132,11 @@ def _add_strategy_arguments(command):
                               "default: multi-worker when TF_CONFIG is set, else default); on "
                               "--backend jax, mirrored and tpu split each batch over this "
                               "machine's devices (keras.distribution.DataParallel)")
-    command.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT,
+    command.add_argument("--connect-timeout", type=_positive_float, default=DEFAULT_CONNECT_TIMEOUT,
                          help="seconds a multi-worker run waits for the other workers to start")
 
 
 def _prepare_pretraining(args):
-    import os
-
     from kbert.data.pretraining import prepare_pretraining_data
     from kbert.preprocessing.tokenizer import read_vocabulary
 
@@ -187,9 +185,18 @@ def _print_fills(fill, texts):
             print(f"  [MASK] {number}: {shown}")
 
 
+def _start_run_folder(args, *inputs):
+    from kbert.command_outputs import start_run_folder
+
+    moved = start_run_folder(args.out, args.overwrite, [path for path in inputs if path])
+    if moved:
+        print(moved, flush=True)
+
+
 def _train(args):
     from kbert.fine_tuning import fine_tune
 
+    _start_run_folder(args, args.encoder, args.vocabulary)
     result = fine_tune(
         args.task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
         batch_size=args.batch_size, sequence_length=args.sequence_length,
@@ -204,6 +211,7 @@ def _train(args):
 def _distill(args):
     from kbert.compression_runs import distill_task
 
+    _start_run_folder(args, args.teacher, args.student, args.unlabeled, *(args.general_corpus or ()))
     result = distill_task(
         args.task, args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
         transfer_examples=args.transfer_examples, general_corpus=args.general_corpus,
@@ -220,6 +228,7 @@ def _distill(args):
 def _prune(args):
     from kbert.compression_runs import prune_task
 
+    _start_run_folder(args, args.model)
     result = prune_task(
         args.task, args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
         rewind=args.rewind, epochs=args.epochs, batch_size=args.batch_size,
@@ -238,10 +247,8 @@ def _print_saved(out):
 
 
 def _evaluate(args):
-    import json
-
     import kbert
-    from kbert.atomic_files import write_atomically
+    from kbert.atomic_files import json_text, write_atomically, write_text
     from kbert.fine_tuning import evaluate_task
 
     model = kbert.load_model(args.model)
@@ -249,7 +256,7 @@ def _evaluate(args):
                            source=args.source)
     _print_metrics(result)
     if args.out:
-        write_atomically(args.out, lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
+        write_atomically(args.out, lambda path: write_text(path, json_text(result)))
         print(f"Wrote {args.out}")
 
 
@@ -261,8 +268,6 @@ def _print_metrics(result):
 
 
 def _export(args):
-    import os
-
     import kbert
 
     # Checked here, in the command's words (the library's message names its
@@ -271,6 +276,9 @@ def _export(args):
     if args.version is not None and os.path.exists(target) and not args.overwrite:
         raise FileExistsError(f"{target} exists; choose another --version, or pass --overwrite "
                               "to replace it.")
+    if args.overwrite and os.path.exists(target) and not os.path.isfile(os.path.join(target, "saved_model.pb")):
+        raise ValueError(f"{target} is not an exported model (no saved_model.pb), so --overwrite does not "
+                         "replace it; choose another --version.")
     model = kbert.load_model(args.model)
     text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
     try:
@@ -309,8 +317,6 @@ def _argument_bytes(text):
     surrogates; `os.fsencode` gives those bytes back, so a model gets what
     it would get from any other client.
     """
-    import os
-
     return os.fsencode(text)
 
 
@@ -367,8 +373,6 @@ def _use_backend(args):
     `export` and `predict` write and run TensorFlow SavedModels: they run on
     TensorFlow whatever the environment names.
     """
-    import os
-
     backend = getattr(args, "backend", None)
     if args.command in ("export", "predict"):
         backend = "tensorflow"
@@ -377,6 +381,33 @@ def _use_backend(args):
     if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != backend:
         raise ValueError(f"--backend {backend}: Keras was loaded already, on {os.environ.get('KERAS_BACKEND')}.")
     os.environ["KERAS_BACKEND"] = backend
+
+
+def _number(text, accept, wanted):
+    # argparse names the flag in its error: "argument --learning-rate: ..."
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or not accept(value):
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+    return value
+
+
+def _positive_float(text):
+    return _number(text, lambda value: value > 0, "a finite number above 0")
+
+
+def _open_fraction(text):
+    return _number(text, lambda value: 0 < value < 1, "a number between 0 and 1 (both excluded)")
+
+
+def _fraction_below_one(text):
+    return _number(text, lambda value: 0 <= value < 1, "a number from 0 up to, not including, 1")
+
+
+def _closed_fraction(text):
+    return _number(text, lambda value: 0 <= value <= 1, "a number from 0 to 1")
 
 
 def _integer(text, least):
@@ -416,13 +447,15 @@ def build_parser():
         return sub
 
     quiet = "one line per epoch instead of a progress bar"
+    run_overwrite = ("replace the run in --out (its model.keras and metrics.json; its TensorBoard logs "
+                     "are moved to --out/earlier-runs/)")
 
     demo = command("demo", "train and evaluate a spam filter on SMS Spam, then pretrain briefly "
                            "(offline)", _demo)
     demo.add_argument("--preset", default="tiny", help="encoder size (see `kbert presets`)")
     demo.add_argument("--epochs", type=_positive_int, default=3, help="fine-tuning epochs")
     demo.add_argument("--sequence-length", type=_positive_int, default=64, help="tokens per text")
-    demo.add_argument("--learning-rate", type=float, default=1e-3, help="peak fine-tuning rate")
+    demo.add_argument("--learning-rate", type=_positive_float, default=1e-3, help="peak fine-tuning rate")
     demo.add_argument("--pretraining-steps", type=_non_negative_int, default=150,
                       help="steps of the closing pretraining example (0 skips it)")
     demo.add_argument("--export-dir", default="saved_models",
@@ -435,6 +468,7 @@ def build_parser():
     vocabulary.add_argument("--size", type=_positive_int, default=30522, help="tokens to learn")
     vocabulary.add_argument("--cased", action="store_true", help="keep case and accents")
     vocabulary.add_argument("--out", default="vocab.txt", help="the vocab.txt to write")
+    vocabulary.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
     objective_help = ("the sentence-pair objective: next-sentence prediction (BERT), sentence-order "
                       "prediction (ALBERT), or none (masked LM only)")
@@ -469,10 +503,10 @@ def build_parser():
     pretrain.add_argument("--epochs", type=_positive_int, default=1, help="epochs to train")
     pretrain.add_argument("--steps-per-epoch", type=_positive_int, default=None,
                           help="steps per epoch (default: one pass over the corpus)")
-    pretrain.add_argument("--learning-rate", type=float, default=None,
+    pretrain.add_argument("--learning-rate", type=_positive_float, default=None,
                           help="peak learning rate (default: 1e-4 for BERT-base, more for "
                                "narrower encoders)")
-    pretrain.add_argument("--mask-rate", type=float, default=0.15, help="share of tokens to predict")
+    pretrain.add_argument("--mask-rate", type=_open_fraction, default=0.15, help="share of tokens to predict")
     pretrain.add_argument("--objective", choices=("nsp", "sop", "none"), default=None,
                           help=objective_help + " (default: nsp, or the prepared folder's)")
     pretrain.add_argument("--no-next-sentence", action="store_const", dest="objective", const="none",
@@ -496,7 +530,9 @@ def build_parser():
     prepare.add_argument("--corpus", action="append", required=True,
                          help="text files, folders or glob patterns (repeatable)")
     prepare.add_argument("--vocabulary", required=True, help="the vocab.txt to tokenize with")
-    prepare.add_argument("--out", required=True, help="the folder to write (must not exist)")
+    prepare.add_argument("--out", required=True,
+                         help="the folder to write (it must not exist, or be one this command wrote, "
+                              "with --overwrite)")
     prepare.add_argument("--cased", action="store_true", help="keep case and accents")
     prepare.add_argument("--sequence-length", type=_positive_int, default=128,
                          help="tokens per example, [CLS] and [SEP]s included")
@@ -510,7 +546,8 @@ def build_parser():
     prepare.add_argument("--examples-per-shard", type=_positive_int, default=100_000,
                          help="segment pairs per TFRecord file")
     prepare.add_argument("--seed", type=int, default=0, help="fixes the pairs")
-    prepare.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    prepare.add_argument("--overwrite", action="store_true",
+                         help="replace an --out folder that prepare-pretraining wrote")
 
     fill_mask = command("fill-mask", "top tokens for each [MASK] in a text", _fill_mask)
     fill_mask.add_argument("model", help="a pretraining run folder, a pretrainer .keras file, or a "
@@ -530,12 +567,13 @@ def build_parser():
     train.add_argument("--vocabulary", help="vocab.txt for a preset or .keras encoder "
                                             "(default for presets: bert-base-uncased's)")
     train.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
+    train.add_argument("--overwrite", action="store_true", help=run_overwrite)
     train.add_argument("--epochs", type=_positive_int, default=3, help="epochs to train")
     train.add_argument("--batch-size", type=_positive_int, default=32,
                        help="examples per step, across all replicas and workers")
     train.add_argument("--sequence-length", type=_positive_int, default=None,
                        help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
-    train.add_argument("--learning-rate", type=float, default=None,
+    train.add_argument("--learning-rate", type=_positive_float, default=None,
                        help="peak learning rate (default: 5e-5 for BERT-base, more for smaller "
                             "encoders)")
     train.add_argument("--max-examples", type=_positive_int, default=None,
@@ -559,6 +597,7 @@ def build_parser():
                          help="a preset (tiny, mini, small, ...), 'layers:0,2,4' for a copy of the "
                               "teacher's layers 0, 2 and 4, or a .keras file holding an encoder")
     distill.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
+    distill.add_argument("--overwrite", action="store_true", help=run_overwrite)
     distill.add_argument("--unlabeled", help="a text file, one text per line, that the teacher labels "
                                              "for the student (a transfer set)")
     distill.add_argument("--transfer-examples", type=_non_negative_int, default=0,
@@ -571,12 +610,12 @@ def build_parser():
     distill.add_argument("--layerwise-epochs", type=_non_negative_int, default=0,
                          help="epochs of layer-wise distillation on the task's texts before task "
                               "distillation (TinyBERT)")
-    distill.add_argument("--temperature", type=float, default=2.0, help="softmax temperature T")
-    distill.add_argument("--alpha", type=float, default=0.5,
+    distill.add_argument("--temperature", type=_positive_float, default=2.0, help="softmax temperature T")
+    distill.add_argument("--alpha", type=_closed_fraction, default=0.5,
                          help="weight of the distillation term; 1 - alpha weighs the labels")
     distill.add_argument("--epochs", type=_positive_int, default=3, help="epochs of task distillation")
     distill.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
-    distill.add_argument("--learning-rate", type=float, default=None,
+    distill.add_argument("--learning-rate", type=_positive_float, default=None,
                          help="peak learning rate (default: by the student's width)")
     distill.add_argument("--max-examples", type=_positive_int, default=None,
                          help="labelled training examples: a seeded random subset of this many")
@@ -592,9 +631,10 @@ def build_parser():
     prune.add_argument("--task", required=True, choices=sorted(RECIPES),
                        help="the data set the model was trained on")
     prune.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
-    prune.add_argument("--sparsity", type=float, default=0.0,
+    prune.add_argument("--overwrite", action="store_true", help=run_overwrite)
+    prune.add_argument("--sparsity", type=_fraction_below_one, default=0.0,
                        help="share of the Transformer kernels' weights set to zero, by magnitude")
-    prune.add_argument("--heads", type=float, default=0.0,
+    prune.add_argument("--heads", type=_fraction_below_one, default=0.0,
                        help="share of attention heads removed, least important first")
     prune.add_argument("--scope", choices=("layer", "global"), default="layer",
                        help="the sparsity holds for each kernel, or over all of them")
@@ -603,7 +643,7 @@ def build_parser():
                             "before this training, then train again with the mask")
     prune.add_argument("--epochs", type=_positive_int, default=1, help="epochs of training while pruning")
     prune.add_argument("--batch-size", type=_positive_int, default=32, help="examples per step")
-    prune.add_argument("--learning-rate", type=float, default=2e-5, help="peak learning rate")
+    prune.add_argument("--learning-rate", type=_positive_float, default=2e-5, help="peak learning rate")
     prune.add_argument("--max-examples", type=_positive_int, default=None,
                        help="train on a seeded random subset of this many training examples")
     prune.add_argument("--max-eval-examples", type=_positive_int, default=None,
@@ -622,6 +662,7 @@ def build_parser():
     evaluate.add_argument("--source", choices=SOURCES, default="local",
                           help="where the data comes from, as for `kbert train`")
     evaluate.add_argument("--out", help="write the metrics to this JSON file")
+    evaluate.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     _add_backend_argument(evaluate)
 
     export = command("export", "write a trained model as a SavedModel for TF Serving", _export)
@@ -648,15 +689,112 @@ def build_parser():
 
 
 def main(argv=None):
+    from kbert.command_outputs import remove_empty_folders
+
     args = build_parser().parse_args(argv)
+    new_folders = [_first_missing(path) for path in _output_folders(args) if not os.path.exists(path)]
+    status = 1
     try:
+        status = _run(args)
+    finally:
+        if status != 0:
+            for path in new_folders:
+                remove_empty_folders(path)  # made for this command, which failed before writing into it
+    return status
+
+
+def _run(args):
+    """Runs the parsed command: 0 when done; a user's error or Ctrl-C ends in one line on stderr."""
+    try:
+        _check_arguments(args)
         _use_backend(args)
         with _strategy_scope(args):
             args.run(args)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, TimeoutError) as error:
-        print(f"kbert {args.command}: error: {error}", file=sys.stderr)
+        return 0
+    except KeyboardInterrupt:
+        print(f"kbert {args.command}: interrupted{_INTERRUPTED.get(args.command, '.')}", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if not _is_user_error(error):
+            raise
+        print(f"kbert {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
-    return 0
+
+
+_INTERRUPTED = {
+    "pretrain": "; run the same command again to resume from the last backup.",
+    "train": "; run it again to start over (the logs so far are moved aside), or pass another --out.",
+}
+
+
+def _is_user_error(error):
+    """Whether `error` is what a user's input or machine causes (a bad value, file, disk), not a bug in kbert."""
+    import zipfile
+
+    if isinstance(error, (ValueError, TypeError, OSError, TimeoutError, zipfile.BadZipFile)):
+        return True
+    tensorflow = sys.modules.get("tensorflow")  # its errors only where it was loaded
+    errors = getattr(tensorflow, "errors", None)
+    return errors is not None and isinstance(error, errors.OpError)
+
+
+def _one_line(error):
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    return " ".join(line.strip() for line in str(message).strip().splitlines()[:1])
+
+
+def _first_missing(path):
+    """The highest folder of `path` that does not exist yet: what making `path` would make."""
+    path = os.path.abspath(path)
+    while not os.path.exists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
+
+
+def _output_folders(args):
+    """The folders a command writes into, made by it when missing."""
+    out = getattr(args, "out", None)
+    if not out:
+        return []
+    if args.command in ("vocabulary", "evaluate"):  # --out is a file
+        return [os.path.dirname(os.path.abspath(out))]
+    if args.command == "export":
+        return [out, os.path.join(out, args.name)]
+    return [out]
+
+
+def _check_arguments(args):
+    """Checks a command's files and folders before any work, and before any folder is made."""
+    import glob
+
+    from kbert.command_outputs import check_input_file, check_output_file, check_output_folder
+
+    command = args.command
+    vocabulary = getattr(args, "vocabulary", None)
+    if isinstance(vocabulary, str):
+        check_input_file(vocabulary, "--vocabulary")
+    if command == "vocabulary":
+        inputs = [path for pattern in args.files for path in glob.glob(pattern)] + args.files
+        check_output_file(args.out, "--out", args.overwrite, inputs)
+    elif command in ("pretrain", "prepare-pretraining"):
+        inputs = [path for pattern in args.corpus for path in glob.glob(pattern)] + args.corpus
+        check_output_folder(args.out, "--out", inputs + [vocabulary] if command == "prepare-pretraining" else ())
+    elif command in ("evaluate", "export", "prune"):
+        check_input_file(args.model, "MODEL")
+    elif command == "distill":
+        check_input_file(args.teacher, "--teacher")
+        if args.unlabeled:
+            check_input_file(args.unlabeled, "--unlabeled")
+        if args.student.endswith(".keras"):
+            check_input_file(args.student, "--student")
+    elif command == "predict" and args.file not in (None, "-"):
+        check_input_file(args.file, "--file")
+    if command == "evaluate" and args.out:
+        check_output_file(args.out, "--out", args.overwrite, [args.model])
+    if command == "export":
+        check_output_folder(args.out, "--out")
 
 
 if __name__ == "__main__":

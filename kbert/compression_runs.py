@@ -7,13 +7,12 @@ writes a run folder as `kbert train` does: `model.keras`, `metrics.json`
 `tensorboard/` (each loss part its own scalar).
 """
 
-import json
 import os
 import time
 
 import numpy as np
 
-from kbert.atomic_files import write_atomically
+from kbert.atomic_files import json_text, write_atomically, write_text
 from kbert.fine_tuning import evaluate_task, load_split, recipe, take
 
 STUDENT_LAYERS_PREFIX = "layers:"
@@ -265,4 +264,4 @@ def _layerwise(teacher, student, texts, batch_size, log_dir, verbose, steps=None
 
 
 def _write_json(path, result):
-    write_atomically(path, lambda temporary: open(temporary, "w").write(json.dumps(result, indent=2) + "\n"))
+    write_atomically(path, lambda temporary: write_text(temporary, json_text(result)))

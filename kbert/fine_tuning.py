@@ -20,7 +20,6 @@ conll2003   CoNLL-2003 English NER     tagger          test (testb)  entity F1
 except for SICK (its trial split) and CoNLL-2003 (its dev split).
 """
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -225,6 +224,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     import keras
 
     import kbert
+    from kbert.atomic_files import json_text, write_text
     from kbert.distribute import write_on_chief
 
     name, info = recipe(task)
@@ -275,5 +275,5 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
         "settings": settings,
     }
     write_on_chief(os.path.join(out, "metrics.json"),
-                   lambda path: open(path, "w").write(json.dumps(result, indent=2) + "\n"))
+                   lambda path: write_text(path, json_text(result)))
     return result

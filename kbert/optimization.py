@@ -1,5 +1,8 @@
 """BERT's fine-tuning optimiser: AdamW with linear warm-up, then linear decay."""
 
+import math
+import numbers
+
 import keras
 from keras import ops
 
@@ -172,6 +175,10 @@ def bert_adamw(learning_rate, weight_decay=0.01, gradient_accumulation_steps=Non
     batches with the mean of their gradients: the update of one batch `n`
     times as large, in the memory of one (`None` or 1: every batch).
     """
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real) or not (
+            math.isfinite(learning_rate) and learning_rate > 0):
+        # A negative rate trains by gradient ascent, NaN gives a NaN model: neither fails by itself.
+        raise ValueError(f"`learning_rate` must be a finite number above 0, got {learning_rate!r}.")
     if gradient_accumulation_steps is not None and int(gradient_accumulation_steps) < 1:
         raise ValueError("`gradient_accumulation_steps` must be a positive integer or None, got "
                          f"{gradient_accumulation_steps!r}.")

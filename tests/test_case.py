@@ -1,5 +1,6 @@
 """Shared test harnesses: the checks every layer, preprocessor and task passes."""
 
+import contextlib
 import os
 
 import keras
@@ -158,3 +159,38 @@ def run_task_test(model, x, y, tmp_path, batch_size=2, dataset=None, request=Non
         assert sorted(served) == sorted(expected)
         assert_all_close(served, expected, atol=1e-5)
     return restored, predictions
+
+
+@contextlib.contextmanager
+def file_size_limit(size):
+    """Writes past `size` bytes fail with `OSError` (EFBIG), as they would on a full disk.
+
+    `RLIMIT_FSIZE` binds the whole process for the block; SIGXFSZ, which
+    would kill it, is ignored meanwhile so the write itself fails.
+    """
+    import resource
+    import signal
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def folder_state(folder):
+    """`{relative path: sha256}` of every file under `folder`, and each folder as `None`: what a command may not change."""
+    import hashlib
+
+    state = {}
+    for root, folders, files in os.walk(folder):
+        for name in folders:
+            state[os.path.relpath(os.path.join(root, name), folder)] = None
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as file:
+                state[os.path.relpath(path, folder)] = hashlib.sha256(file.read()).hexdigest()
+    return state

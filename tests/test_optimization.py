@@ -116,3 +116,20 @@ def test_a_float16_model_trains_with_loss_scaling():
     assert np.isfinite(history.history["loss"]).all()
     assert model.output_dense.compute_dtype == "float16"
     assert not np.allclose(keras.ops.convert_to_numpy(model.output_dense.kernel), before)
+
+
+@pytest.mark.parametrize("learning_rate", [0, -1e-3, float("nan"), float("inf")])
+def test_a_learning_rate_that_cannot_train_is_refused(learning_rate):
+    # A negative rate trains by gradient ascent and NaN gives a NaN model, silently.
+    with pytest.raises(ValueError, match="`learning_rate` must be a finite number above 0"):
+        bert_adamw(learning_rate)
+
+
+def test_compile_takes_a_zero_learning_rate_as_given_not_as_the_default():
+    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+    model = kbert.Classifier(encoder, num_classes=2)
+    with pytest.raises(ValueError, match="got 0"):
+        model.compile(learning_rate=0)
+    model.compile(learning_rate=None)  # the default for the encoder's width
+    assert model.optimizer._learning_rate.peak_learning_rate == pytest.approx(
+        kbert.optimization.default_learning_rate(16))

@@ -141,6 +141,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._random_state = None
         self._write_dir = worker_directory(self.backup_dir, model_strategy(self.model))
         position = self.peek()
+        if position is not None:
+            self._check_weights_file(position.get("weights_file"))
         found = all_workers(-1 if position is None else position["step"], model_strategy(self.model))
         if len(set(found)) > 1:
             steps = ", ".join("none" if step < 0 else f"step {step}" for step in found)
@@ -175,6 +177,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                   + ("" if restored_seeds else "; its random state (dropout) was not saved, so "
                      "the rest of the run draws other dropout masks than an uninterrupted one")
                   + ".", flush=True)
+
+    def _check_weights_file(self, name):
+        """Refuses a `weights_file` that is not a bare backup file name: it must not reach outside `backup_dir`."""
+        if not isinstance(name, str) or not _WEIGHTS_NAME.fullmatch(name):
+            raise ValueError(f"The backup's metadata {self._training_metadata_path} names `weights_file` {name!r}, "
+                             f"which is not a backup file name in {self.backup_dir}.")
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._random_state is not None:

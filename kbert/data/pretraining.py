@@ -16,6 +16,7 @@ and a run resumed from a backup see exactly the same examples.
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from kbert.atomic_files import contains_path
 from kbert.data.documents import CorpusStats, corpus_files, read_documents
 from kbert.distribute import agreed_seed, is_multi_worker
 from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
@@ -34,6 +36,7 @@ from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
 METADATA_FILE = "metadata.json"
 VOCABULARY_FILE = "vocab.txt"
 FORMAT = "kbert-pretraining-pairs/1"
+_SHARD_NAME = re.compile(r"pairs-[0-9]{5,}\.tfrecord")
 # Sentences tokenized per TF call: large enough to amortise the call.
 _SENTENCES_PER_CALL = 4096
 # Pairs cross from Python to tf.data in chunks: one crossing per pair costs
@@ -259,9 +262,16 @@ def prepared_objective(metadata):
 
 def read_metadata(folder):
     """The `metadata.json` of a prepared folder, checked to be kbert's."""
-    metadata = json.loads((Path(folder) / METADATA_FILE).read_text())
-    if metadata.get("format") != FORMAT:
-        raise ValueError(f"{Path(folder) / METADATA_FILE} is not kbert pretraining data (format {metadata.get('format')!r}).")
+    path = Path(folder) / METADATA_FILE
+    metadata = json.loads(path.read_text())
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        found = metadata.get("format") if isinstance(metadata, dict) else None
+        raise ValueError(f"{path} is not kbert pretraining data (format {found!r}).")
+    # Shards are read from the folder itself, never from a path named in the file.
+    bad = [name for name in metadata.get("shards", ()) if not (isinstance(name, str) and _SHARD_NAME.fullmatch(name))]
+    if bad:
+        raise ValueError(f"{path}: the shard {bad[0]!r} is not a shard file name of the folder "
+                         "(pairs-NNNNN.tfrecord).")
     return metadata
 
 
@@ -677,8 +687,8 @@ def prepare_pretraining_data(
         The metadata dict.
     """
     output_dir = Path(output_dir)
-    if output_dir.exists() and not overwrite:
-        raise FileExistsError(f"{output_dir} exists; pass overwrite=True to replace it.")
+    if output_dir.exists():
+        _check_replaceable(output_dir, corpus, vocabulary, overwrite)
     if int(examples_per_shard) < 1:
         raise ValueError(f"`examples_per_shard` must be at least 1, got {examples_per_shard}.")
     objective = resolve_objective(objective, next_sentence)
@@ -728,10 +738,37 @@ def prepare_pretraining_data(
         }
         (staging / VOCABULARY_FILE).write_text("\n".join(tokenizer.get_vocabulary()) + "\n")
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        # The old folder goes aside first and only then is deleted: a crash
+        # between the renames leaves it whole.
+        earlier = None
         if output_dir.exists():
-            shutil.rmtree(output_dir)
+            earlier = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            os.replace(output_dir, earlier / output_dir.name)
         os.replace(staging, output_dir)
+        if earlier is not None:
+            shutil.rmtree(earlier)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
     return metadata
+
+
+def _check_replaceable(output_dir, corpus, vocabulary, overwrite):
+    """Raises unless `overwrite` may replace `output_dir`: a prepared folder that holds none of the inputs."""
+    if not overwrite:
+        raise FileExistsError(f"{output_dir} exists; pass overwrite=True to replace it.")
+    if not output_dir.is_dir():
+        raise NotADirectoryError(f"{output_dir} is a file, not a folder of prepared pretraining data.")
+    try:
+        read_metadata(output_dir)
+    except (OSError, ValueError):
+        raise ValueError(f"{output_dir} is not a folder of kbert pretraining data (no metadata.json of "
+                         "kbert's), so it is not replaced; choose another output folder.") from None
+    patterns = [os.fspath(p) for p in ([corpus] if isinstance(corpus, (str, os.PathLike)) else corpus)]
+    inputs = patterns + corpus_files(patterns)
+    if isinstance(vocabulary, (str, os.PathLike)):
+        inputs.append(os.fspath(vocabulary))
+    for path in inputs:
+        if contains_path(output_dir, path) or contains_path(path, output_dir):
+            raise ValueError(f"{output_dir} is, or holds, {path}, an input of this preparation; "
+                             "choose another output folder.")

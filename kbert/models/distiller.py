@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from kbert.atomic_files import SavesAtomically
 from kbert.compression.distillation_loss import distillation_loss
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
 from kbert.models.classifier import Classifier
@@ -27,7 +28,7 @@ UNLABELED = -1
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Distiller(MultiWorkerFit, keras.Model):
+class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
     """Trains a small student task model to do what a fine-tuned teacher does.
 
     Task distillation (Hinton et al., 2015; DistilBERT, Sanh et al., 2019):
@@ -169,7 +170,8 @@ class Distiller(MultiWorkerFit, keras.Model):
                 )
             kwargs.pop(name, None)
         if optimizer == "auto":
-            optimizer = bert_adamw(learning_rate or default_learning_rate(self.student.encoder.hidden_dim))
+            optimizer = bert_adamw(default_learning_rate(self.student.encoder.hidden_dim) if learning_rate is None
+                                   else learning_rate)
         super().compile(optimizer=with_loss_scaling(optimizer, self.student.encoder.layer_dtype_policy),
                         **kwargs)
 

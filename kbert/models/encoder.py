@@ -5,6 +5,7 @@ import numbers
 import keras
 import keras_hub
 
+from kbert.atomic_files import SavesAtomically
 from kbert.backend import LayersBeforeInit
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.presets import preset_config
@@ -39,7 +40,7 @@ def bert_initializer():
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Encoder(LayersBeforeInit, keras.Model):
+class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
     """BERT's bidirectional Transformer encoder (Devlin et al., 2019).
 
     Token, segment and learned position embeddings are summed, normalised

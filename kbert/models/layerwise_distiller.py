@@ -2,6 +2,7 @@
 
 import keras
 
+from kbert.atomic_files import SavesAtomically
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
     check_layer_map,
@@ -23,7 +24,7 @@ PARTS = ("embedding_loss", "hidden_loss", "attention_loss")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class LayerwiseDistiller(keras.Model):
+class LayerwiseDistiller(SavesAtomically, keras.Model):
     """Trains a student encoder to compute what a teacher encoder computes, layer by layer.
 
     TinyBERT's Transformer distillation (Jiao et al., 2020): on raw text
@@ -268,7 +269,8 @@ class LayerwiseDistiller(keras.Model):
                 (`kbert.optimization.default_learning_rate`).
         """
         if optimizer == "auto":
-            optimizer = bert_adamw(learning_rate or default_learning_rate(self.student.hidden_dim))
+            optimizer = bert_adamw(default_learning_rate(self.student.hidden_dim) if learning_rate is None
+                                   else learning_rate)
         super().compile(optimizer=with_loss_scaling(optimizer, self.student.layer_dtype_policy), **kwargs)
 
     def compile_from_config(self, config):

@@ -3,6 +3,7 @@
 import keras
 import keras_hub
 
+from kbert.atomic_files import SavesAtomically
 from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, distributed_stream, model_strategy
@@ -30,7 +31,7 @@ def default_pretraining_learning_rate(hidden_dim):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Pretrainer(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
+class Pretrainer(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """Pretrains a `kbert.Encoder` as BERT does (masked LM plus next-sentence prediction) or as ALBERT does (sentence order).
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
@@ -202,7 +203,8 @@ class Pretrainer(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Mo
         """
         if optimizer == "auto":
             optimizer = bert_adamw(
-                learning_rate or default_pretraining_learning_rate(self.encoder.hidden_dim),
+                default_pretraining_learning_rate(self.encoder.hidden_dim) if learning_rate is None
+                else learning_rate,
                 gradient_accumulation_steps=gradient_accumulation_steps,
             )
         if loss == "auto":

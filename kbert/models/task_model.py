@@ -5,6 +5,7 @@ import warnings
 import keras
 import numpy as np
 
+from kbert.atomic_files import SavesAtomically
 from kbert.backend import LayersBeforeInit
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
@@ -53,7 +54,7 @@ class FreezesUnusedPooler:
         return super().non_trainable_variables + frozen
 
 
-class TaskModel(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
+class TaskModel(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
     """A functional Keras model on a `kbert.Encoder`, with its task preprocessor attached.
 
     The model itself sees token ids only; its `preprocessor` (a task
@@ -116,7 +117,8 @@ class TaskModel(LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Mod
                 default 5e-5 for BERT-base, more for smaller encoders.
         """
         if optimizer == "auto":
-            optimizer = bert_adamw(learning_rate or default_learning_rate(self.encoder.hidden_dim))
+            optimizer = bert_adamw(default_learning_rate(self.encoder.hidden_dim) if learning_rate is None
+                                   else learning_rate)
         if loss == "auto":
             loss = self.default_loss()
         if metrics == "auto":

@@ -1,6 +1,7 @@
 """ALBERT's SentencePiece tokenizer as a Keras layer on TF-Text ops."""
 
 import base64
+import binascii
 import functools
 import os
 import re
@@ -12,6 +13,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.preprocessing.base_tokenizer import BaseTokenizer
+from kbert.preprocessing.tokenizer import refuse_unsafe_config_value
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -95,6 +97,7 @@ class SentencePieceTokenizer(BaseTokenizer):
     Args:
         proto: the SentencePiece model: its bytes, or the path of a
             `spiece.model`.
+            A config (a `.keras` file) holds it as base64 text.
         lowercase: lower-case the text (ALBERT's models are uncased).
         strip_accents: remove accents; defaults to `lowercase`.
         special_tokens_in_strings: keep `[MASK]`, `[SEP]`, ... written in the
@@ -448,6 +451,15 @@ class SentencePieceTokenizer(BaseTokenizer):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        if isinstance(config.get("proto"), str):
-            config["proto"] = base64.b64decode(config["proto"])
+        proto = config.get("proto")
+        if isinstance(proto, str):
+            try:
+                config["proto"] = base64.b64decode(proto, validate=True)
+            except (binascii.Error, ValueError) as error:
+                raise ValueError(
+                    f"{cls.__name__} config's `proto` is not valid base64 ({error}), got "
+                    f"{proto[:50]!r}{'...' if len(proto) > 50 else ''}."
+                ) from None
+        elif not isinstance(proto, (bytes, bytearray)):
+            refuse_unsafe_config_value(cls, "proto", proto, "the base64 text of a SentencePiece model")
         return cls(**config)

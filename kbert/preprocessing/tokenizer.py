@@ -6,6 +6,7 @@ import re
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
+from keras.src.saving.serialization_lib import in_safe_mode
 
 from kbert.preprocessing.base_tokenizer import BaseTokenizer
 
@@ -30,6 +31,8 @@ def read_vocabulary(vocabulary):
         path = os.fspath(vocabulary)
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"Vocabulary file not found: {path}")
+        if tf.io.gfile.isdir(path):
+            raise IsADirectoryError(f"{path} is a folder, not a vocabulary file.")
         with tf.io.gfile.GFile(path, "r") as f:
             tokens = f.read().splitlines()
         source = path
@@ -54,6 +57,31 @@ def read_vocabulary(vocabulary):
             f"{list(SPECIAL_TOKENS)}."
         )
     return tokens
+
+
+def refuse_unsafe_config_value(cls, key, value, expected):
+    """Raises unless Keras safe mode is off: a config's `key` must be `expected`, not a path.
+
+    A config never legitimately names a file (`get_config` writes the data
+    itself), and reading one named in a model file would let the file make
+    the loader read any path or URL (keras-team/keras#21751).
+    """
+    if in_safe_mode() is False:
+        return
+    shown = repr(value)
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    raise ValueError(
+        f"{cls.__name__} config's `{key}` must be {expected}, got {shown}: a model file must carry "
+        f"its {key} as {expected}, not a path; to load a trusted file, pass `safe_mode=False` (or "
+        "call `keras.config.enable_unsafe_deserialization()`)."
+    )
+
+
+def _is_token_list(vocabulary):
+    return isinstance(vocabulary, (list, tuple)) and all(
+        isinstance(token, (str, bytes)) for token in vocabulary
+    )
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -82,6 +110,8 @@ class Tokenizer(BaseTokenizer):
     Args:
         vocabulary: a list of tokens, or the path of a `vocab.txt` with one
             token per line. It must contain `[PAD] [UNK] [CLS] [SEP] [MASK]`.
+            A config (a `.keras` file) holds the tokens; one naming a path
+            loads only with Keras safe mode off.
         lowercase: lower-case the text (for "uncased" vocabularies).
         strip_accents: remove accents; defaults to `lowercase`, as BERT does.
         special_tokens_in_strings: keep `[MASK]`, `[SEP]`, ... written in the
@@ -288,3 +318,10 @@ class Tokenizer(BaseTokenizer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        vocabulary = config.get("vocabulary")
+        if not _is_token_list(vocabulary):
+            refuse_unsafe_config_value(cls, "vocabulary", vocabulary, "a list of tokens")
+        return cls(**config)

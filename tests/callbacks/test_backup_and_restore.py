@@ -165,6 +165,29 @@ def test_metadata_names_complete_weights_at_every_backup(tmp_path):
                        CheckBackup()], epochs=1)
 
 
+@pytest.mark.parametrize("outside", ["absolute", "parent"])
+def test_metadata_naming_weights_outside_the_backup_is_refused_before_loading(tmp_path, monkeypatch, outside):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq=3), Interrupt(0, 4)])
+    metadata = backup_dir / "training_metadata.json"
+    found = json.loads(metadata.read_text())
+    # Real weights there, which a restore following the name would load.
+    weights = (backup_dir / found["weights_file"]).read_bytes()
+    elsewhere = tmp_path / "elsewhere" / found["weights_file"]
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(weights)
+    (tmp_path / "x.weights.h5").write_bytes(weights)
+    found["weights_file"] = str(elsewhere) if outside == "absolute" else "../x.weights.h5"
+    metadata.write_text(json.dumps(found))
+
+    model = tiny_model(seed=2)
+    monkeypatch.setattr(model, "load_weights", lambda *args, **kwargs: pytest.fail("weights were loaded"))
+    with pytest.raises(ValueError, match="weights_file") as error:
+        fit(model, [BackupAndRestore(backup_dir, save_freq=3)])
+    assert "training_metadata.json" in str(error.value) and found["weights_file"] in str(error.value)
+
+
 def test_a_finished_run_deletes_its_backup_unless_told_not_to(tmp_path):
     model = tiny_model()
     fit(model, [BackupAndRestore(tmp_path / "deleted", save_freq=3)], epochs=2)

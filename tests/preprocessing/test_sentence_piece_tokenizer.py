@@ -293,6 +293,26 @@ def test_config_round_trip(proto):
     assert isinstance(again, kbert.SentencePieceTokenizer) and again.proto == proto
 
 
+# "QUJD!" decodes leniently to b"ABC"; the others do not decode at all.
+@pytest.mark.parametrize("bad", ["not base64!", "QUJD!", "QUJ", "é"])
+def test_config_proto_that_is_not_base64_names_proto(tokenizer, bad):
+    config = {**tokenizer.get_config(), "proto": bad}
+    with pytest.raises(ValueError, match="`proto` is not valid base64"):
+        kbert.SentencePieceTokenizer.from_config(config)
+
+
+def test_config_proto_that_is_a_path_is_refused_in_safe_mode(tokenizer, proto, tmp_path):
+    path = tmp_path / "spiece.model"
+    path.write_bytes(proto)
+    serialized = keras.saving.serialize_keras_object(tokenizer)
+    serialized["config"]["proto"] = path
+    with pytest.raises(ValueError, match="proto") as error:
+        keras.saving.deserialize_keras_object(serialized)
+    assert str(path) in str(error.value)
+    # A trusted file may still name one.
+    assert keras.saving.deserialize_keras_object(serialized, safe_mode=False).proto == proto
+
+
 def test_from_a_spiece_model_file(proto, tmp_path):
     path = tmp_path / "spiece.model"
     path.write_bytes(proto)

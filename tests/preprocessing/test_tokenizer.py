@@ -1,9 +1,14 @@
+import builtins
+import os
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from tokenizers import BertWordPieceTokenizer
 
 import kbert
+from kbert.preprocessing import tokenizer as tokenizer_module
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, read_vocabulary
 from tests.preprocessing.conftest import (
     bert_normalize,
@@ -350,11 +355,46 @@ def test_config_round_trip_keeps_options():
 
 
 def test_keras_serialization_round_trip(tokenizer):
-    import keras
-
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(tokenizer))
     assert isinstance(restored, kbert.Tokenizer)
     assert restored(["the cats"]).to_list() == tokenizer(["the cats"]).to_list()
+
+
+def forbid_reading(monkeypatch, path):
+    """Fails the test if `path` is looked up or opened, through `tf.io.gfile` or `open`."""
+
+    def guarded(real):
+        def call(name, *args, **kwargs):
+            if isinstance(name, (str, os.PathLike)) and os.fspath(name) == path:
+                pytest.fail(f"{path} was read")
+            return real(name, *args, **kwargs)
+
+        return call
+
+    gfile = tokenizer_module.tf.io.gfile
+    monkeypatch.setattr(gfile, "exists", guarded(gfile.exists))
+    monkeypatch.setattr(gfile, "GFile", guarded(gfile.GFile))
+    monkeypatch.setattr(builtins, "open", guarded(builtins.open))
+
+
+@pytest.mark.parametrize("kind", ["vocab_file", "/etc/passwd", "gs://bucket/vocab.txt"])
+def test_config_naming_a_vocabulary_path_is_refused_in_safe_mode(tokenizer, tmp_path, monkeypatch, kind):
+    if kind == "vocab_file":
+        path = tmp_path / "vocab.txt"
+        path.write_text("\n".join(TINY_VOCABULARY) + "\n", encoding="utf-8")
+        value = str(path)
+    else:
+        value = kind
+        forbid_reading(monkeypatch, value)
+    serialized = keras.saving.serialize_keras_object(tokenizer)
+    serialized["config"]["vocabulary"] = value
+    with pytest.raises(ValueError, match="vocabulary") as error:
+        keras.saving.deserialize_keras_object(serialized)
+    assert value in str(error.value) and "safe_mode=False" in str(error.value)
+    if kind == "vocab_file":
+        # A trusted file may still name one.
+        restored = keras.saving.deserialize_keras_object(serialized, safe_mode=False)
+        assert restored.get_vocabulary() == TINY_VOCABULARY
 
 
 def test_direct_tf_data_and_tf_function_agree(tokenizer):

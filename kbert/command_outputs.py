@@ -1,0 +1,117 @@
+"""Where the `kbert` commands write, checked before any work: nothing replaced by surprise, nothing lost.
+
+The rules the commands follow (docs/cli.rst, "What a command may replace"):
+
+- an output that exists is replaced only with `--overwrite`, and only when it
+  is of the kind the command writes (`check_output_file`, the run folders
+  of `start_run_folder`, a prepared corpus, an exported version);
+- what is replaced is written aside and renamed into place
+  (`kbert.atomic_files`), and a run folder's older TensorBoard logs are moved
+  aside, never deleted;
+- an output never is, or holds, one of the command's own inputs;
+- a folder a failed command made and left empty is removed
+  (`remove_empty_folders`).
+"""
+
+import os
+import time
+
+from kbert.atomic_files import contains_path
+
+# The files of a `kbert train`, `distill` or `prune` run folder.
+RUN_FILES = ("model.keras", "metrics.json")
+RUN_LOGS = "tensorboard"
+# Where a run folder's earlier TensorBoard logs are moved: `DIR/earlier-runs/<time>/tensorboard`.
+EARLIER_RUNS = "earlier-runs"
+
+
+def check_input_file(path, flag):
+    """Raises unless `path` (the value of `flag`) is a file that exists."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{flag} {path}: no such file.")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{flag} {path} is a folder; give a file.")
+
+
+def check_output_file(path, flag, overwrite, inputs=()):
+    """Raises unless the file `path` (the value of `flag`) can be written: not a folder, not an input, new or `overwrite`."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{flag} {path} is a folder; give the file to write.")
+    _check_not_an_input(path, flag, inputs)
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{flag} {path} exists; pass --overwrite to replace it.")
+    check_writable(path, flag)
+
+
+def check_output_folder(path, flag, inputs=()):
+    """Raises unless `path` (the value of `flag`) is a folder, or can become one, that holds none of `inputs`."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{flag} {path} is a file, not a folder.")
+    _check_not_an_input(path, flag, inputs)
+    check_writable(path, flag)
+
+
+def check_writable(path, flag):
+    """Raises when the nearest existing folder at or above `path` cannot be written to."""
+    existing = os.path.abspath(path)
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"{flag} {path}: {existing} is not writable.")
+
+
+def start_run_folder(out, overwrite, inputs=(), flag="--out"):
+    """Readies the run folder `out` of `kbert train`, `distill` or `prune`, before any work.
+
+    A folder holding a finished run (`model.keras`, `metrics.json`) needs
+    `overwrite`, and then must not hold the command's inputs there. The
+    TensorBoard logs of an earlier run (finished or interrupted) are moved to
+    `out/earlier-runs/<time>/`, so the new run's curves start clean.
+
+    Returns:
+        A line saying what was moved aside, or None.
+    """
+    check_output_folder(out, flag)
+    finished = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
+    if finished and not overwrite:
+        raise FileExistsError(f"{flag} {out} holds a finished run ({', '.join(finished)}); pass "
+                              f"--overwrite to replace it, or choose another {flag}.")
+    replaced = [os.path.join(out, name) for name in RUN_FILES + (RUN_LOGS,)]
+    for path in inputs:
+        if any(contains_path(target, path) for target in replaced):
+            raise ValueError(f"{flag} {out}: this run would replace {path}, one of its own inputs; "
+                             f"choose another {flag}.")
+    logs = os.path.join(out, RUN_LOGS)
+    if not os.path.isdir(logs):
+        return None
+    stamp = os.path.join(out, EARLIER_RUNS, time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    earlier_run, number = stamp, 1
+    while os.path.exists(earlier_run):  # two runs in one second
+        number += 1
+        earlier_run = f"{stamp}-{number}"
+    os.makedirs(earlier_run)
+    aside = os.path.join(earlier_run, RUN_LOGS)
+    os.rename(logs, aside)
+    earlier = "a finished run, replaced" if finished else "an unfinished run (interrupted?)"
+    return (f"{out} held {earlier}: its TensorBoard logs are now in {aside}, and this run starts from "
+            "the beginning.")
+
+
+def remove_empty_folders(path):
+    """Removes `path` if it holds nothing but empty folders (what a failed command made and left)."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return
+    for folder, _, files in os.walk(path, topdown=False):
+        if files:
+            return
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return  # not empty after all (a link, a file that appeared)
+
+
+def _check_not_an_input(path, flag, inputs):
+    for given in inputs:
+        if given and (contains_path(path, given) or contains_path(given, path)):
+            raise ValueError(f"{flag} {path} is, or holds, {given}, one of the command's own inputs; "
+                             f"choose another {flag}.")
