@@ -1,5 +1,8 @@
 """`kbert.export`: a task model as a versioned SavedModel that TF Serving serves on raw text."""
 
+import ctypes
+import errno
+import functools
 import json
 import os
 import re
@@ -25,6 +28,9 @@ _WORK_FOLDER = re.compile(r"^\.(?P<version>[0-9]+)\.(?P<kind>partial|old)-(?:(?P
 # A work folder whose writer cannot be asked (another machine, or an older
 # name without one) is stale after this long: no export takes a day.
 STALE_AFTER_S = 24 * 3600
+# How many times an export renames its version into place when other
+# exports to the same folder keep taking the version first.
+VERSION_TRIES = 100
 
 
 def export(model, directory, version=None, overwrite=False, text_pairs=None):
@@ -65,7 +71,9 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     not numbers), its ops are checked against the ops of TF Serving's
     model server (`kbert.serving.check_ops`), and only then is it renamed
     into place, so a model server polling `directory` never loads half a
-    model or one it cannot run. Hidden folders that an export killed midway
+    model or one it cannot run. The rename never replaces a version another
+    export wrote meanwhile: without `version`, the export takes the next
+    free one instead. Hidden folders that an export killed midway
     left behind (their writer is no longer running) are removed first.
 
     The version folder and its files get the permissions of ordinary new
@@ -81,7 +89,8 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
         model: a kbert task model.
         directory: the model's folder, e.g. `"saved_models/spam"`.
         version: a positive integer; default one more than the highest
-            version in `directory` (1 for the first).
+            version in `directory` (1 for the first), or the next free one
+            if other exports take it meanwhile.
         overwrite: replace an existing version (it is moved aside first,
             then deleted once the new one is in place).
         text_pairs: for a classifier or embedder, whether it takes text
@@ -93,7 +102,8 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     Raises:
         ValueError: when the graph uses an op that TF Serving's model
             server lacks; nothing is exported.
-        FileExistsError: when the version exists and `overwrite` is False.
+        FileExistsError: when the version exists, or another export wrote
+            it meanwhile, and `overwrite` is False.
 
     Example:
     >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40,
@@ -112,9 +122,10 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     module = ServingModule(model, text_pairs=text_pairs)  # fails early on a model it cannot serve
     os.makedirs(directory, exist_ok=True)
     _remove_stale_work_folders(directory)
+    chosen = version is None
     version = _choose_version(directory, version)
     target = os.path.join(directory, str(version))
-    if os.path.exists(target) and not overwrite:
+    if os.path.lexists(target) and not overwrite:
         raise FileExistsError(
             f"{target} exists; export to another version, or pass overwrite=True to replace it."
         )
@@ -128,7 +139,7 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
                 f"{op_allowlist.served_by()} lacks, so the model server could not load it: {missing}."
             )
         _follow_umask(staging)
-        _move_into_place(staging, target, overwrite)
+        target = _move_into_place(staging, target, overwrite and not chosen, chosen)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -196,28 +207,101 @@ def latest_version(directory):
     return os.path.join(directory, str(found[-1]))
 
 
-def _choose_version(directory, version):
+def _choose_version(directory, version, after=0):
+    """`version`, checked; if None, one more than the highest version (and `after`) whose name is free."""
     if version is None:
-        return (versions(directory) or [0])[-1] + 1
+        version = max([after, *versions(directory)]) + 1
+        while os.path.lexists(os.path.join(directory, str(version))):  # a file, or a link, by that name
+            version += 1
+        return version
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"`version` must be a positive integer, got {version!r}.")
     return version
 
 
-def _move_into_place(staging, target, overwrite):
-    old = None
-    if overwrite and os.path.exists(target):
-        old = tempfile.mkdtemp(prefix=_work_prefix(os.path.basename(target), "old"), dir=os.path.dirname(target))
-        os.rename(target, os.path.join(old, "saved_model"))
-    try:
-        os.rename(staging, target)
-    except OSError as error:
-        if old is not None:  # put the old version back
-            os.rename(os.path.join(old, "saved_model"), target)
+def _move_into_place(staging, target, overwrite, chosen):
+    """Renames `staging` to the version folder `target`; returns the version folder it became.
+
+    Another export may write `target` between the check in `export` and the
+    rename, which never replaces it: a version `chosen` by `export` becomes
+    the next free one (the staged folder is renamed there, not written
+    again); with `overwrite`, the newcomer is moved aside as the version
+    found at first was; otherwise it is an error.
+    """
+    directory, version = os.path.split(target)
+    for _ in range(VERSION_TRIES):
+        target = os.path.join(directory, version)
+        old = None
+        if overwrite and os.path.lexists(target):
+            old = tempfile.mkdtemp(prefix=_work_prefix(version, "old"), dir=directory)
+            os.rename(target, os.path.join(old, "saved_model"))
+        try:
+            _rename_no_replace(staging, target)
+        except FileExistsError:
+            if old is not None:  # replaced by the newcomer already
+                shutil.rmtree(old, ignore_errors=True)
+            if chosen:
+                version = str(_choose_version(directory, None, after=int(version)))
+            elif not overwrite:
+                raise FileExistsError(
+                    f"Version {version} in {directory} was written by another export meanwhile; "
+                    "export to another version, or pass overwrite=True to replace it."
+                ) from None
+            continue
+        except BaseException:
+            if old is not None:  # put the old version back
+                _rename_no_replace(os.path.join(old, "saved_model"), target)
+                shutil.rmtree(old, ignore_errors=True)
+            raise
+        if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        raise FileExistsError(f"Could not move the export into {target}: {error}") from error
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        return target
+    raise FileExistsError(
+        f"Did not export to {directory}: other exports took the version first, {VERSION_TRIES} times in a row; "
+        "export again."
+    )
+
+
+_AT_FDCWD, _RENAME_NOREPLACE = -100, 1
+
+
+@functools.cache
+def _renameat2():
+    """Linux's `renameat2` (glibc 2.28 and later), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _rename_no_replace(source, target):
+    """`os.rename`, but FileExistsError where `target` exists, even as an empty folder.
+
+    `rename` fails on a folder that holds files, as a version does, but
+    replaces an empty one. Linux's `renameat2` with `RENAME_NOREPLACE` never
+    replaces; elsewhere, or on a file system without it, the target is
+    checked just before the rename.
+    """
+    rename = _renameat2()
+    if rename is not None:
+        if rename(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS):  # those: the file system or kernel cannot; fall back
+            raise OSError(code, os.strerror(code), source, None, target)  # FileExistsError for EEXIST
+    if os.path.lexists(target):  # lexists: a dangling link is there too
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), source, None, target)
+    try:
+        os.rename(source, target)
+    except OSError as error:
+        if os.path.lexists(target):  # ENOTEMPTY, ENOTDIR, or Windows' FileExistsError
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), source, None, target) from error
+        raise
 
 
 def _remove_stale_work_folders(directory):
@@ -244,7 +328,7 @@ def _remove_stale_work_folders(directory):
         kept = os.path.join(path, "saved_model")
         if match["kind"] == "old" and not os.path.exists(target) and os.path.isdir(kept):
             try:
-                os.rename(kept, target)
+                _rename_no_replace(kept, target)
             except OSError:  # a version N appeared meanwhile: keep the old one where it is
                 continue
         shutil.rmtree(path, ignore_errors=True)

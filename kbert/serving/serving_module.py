@@ -67,13 +67,20 @@ class ServingModule(tf.Module):
         id_specs = [tf.TensorSpec(preprocessor.token_ids_shape, tf.int32, name=name) for name in MODEL_INPUTS]
 
         def from_texts(*texts):
+            texts = [
+                _checked_rank(text, name, len(shape), _text_meaning(shape))
+                for text, (name, shape) in zip(texts, self.text_inputs)
+            ]
             return preprocessor.serve(model, *texts)
 
         def from_token_ids(token_ids, segment_ids, padding_mask):
+            rank = len(preprocessor.token_ids_shape)
+            token_ids = _checked_rank(token_ids, "token_ids", rank, f"{rank}-D, {_TOKEN_LAYOUTS[rank]}")
             inputs = {"token_ids": token_ids, "segment_ids": segment_ids, "padding_mask": padding_mask}
             return preprocessor.serve_token_ids(model, _checked_ids(model, inputs))
 
         def from_tf_example(examples):
+            examples = _checked_rank(examples, "examples", 1, "a 1-D batch of serialized tf.train.Examples")
             features = {
                 name: tf.io.FixedLenFeature(shape[1:], tf.string) for name, shape in self.text_inputs
             }
@@ -87,6 +94,33 @@ class ServingModule(tf.Module):
                 from_tf_example, input_signature=[tf.TensorSpec([None], tf.string, name="examples")]
             ).get_concrete_function(),
         }
+
+
+_TOKEN_LAYOUTS = {2: "(batch, tokens)", 3: "(batch, choices, tokens)"}
+
+
+def _text_meaning(shape):
+    return f"a {len(shape)}-D batch of strings, one {'per' if len(shape) == 1 else 'row per'} example"
+
+
+def _checked_rank(value, name, rank, meaning):
+    """`value`, checked at run time to have `rank` dimensions (`rank` >= 1).
+
+    Neither a loaded SavedModel nor TF Serving holds a request to the
+    signature's declared shape, and `tf.rank` or `tf.debugging.assert_rank`
+    fold to that declared rank when traced, so this reads only the run-time
+    `tf.shape`: padded with -1s, the dimension at `rank - 1` must be real and
+    the one at `rank` padding.
+    """
+    with tf.name_scope(f"check_rank_of_{name}"):  # the node an error names
+        shape = tf.shape(value)
+        dims = tf.concat([shape, tf.fill([rank + 1], -1)], 0)
+        check = tf.debugging.Assert(
+            tf.logical_and(dims[rank - 1] >= 0, dims[rank] < 0),
+            [f"{name} must be {meaning}; the shape given:", shape], summarize=16,
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(value)
 
 
 def _checked_ids(model, inputs):

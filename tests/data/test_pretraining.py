@@ -12,6 +12,7 @@ from kbert.data import DataFormatError
 from kbert.data import pretraining
 from kbert.data.pretraining import EpochCounter, prepare_pretraining_data, pretraining_dataset
 from tests.preprocessing.conftest import assert_packed, bert_vocabulary_path
+from tests.test_case import folder_state
 
 WORDS = (
     "the a cat dog sat on mat good bad film free prize now see you soon cats dogs "
@@ -280,14 +281,26 @@ def test_prepare_refuses_an_existing_folder_unless_overwrite(tmp_path, corpus, v
     (folder / "old.txt").write_text("old")
     with pytest.raises(FileExistsError, match="overwrite=True"):
         prepare(corpus, vocabulary, folder)
+    # Overwriting replaces only a folder of prepared data.
+    with pytest.raises(ValueError, match="not a folder of kbert pretraining data"):
+        prepare(corpus, vocabulary, folder, overwrite=True)
     assert (folder / "old.txt").read_text() == "old"
-    metadata = prepare(corpus, vocabulary, folder, overwrite=True)
-    assert not (folder / "old.txt").exists()
-    assert (folder / "metadata.json").is_file() and metadata["num_examples"] > 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    prepared = tmp_path / "prepared"
+    first = prepare(corpus, vocabulary, prepared, seed=1)
+    metadata = prepare(corpus, vocabulary, prepared, overwrite=True)
+    assert (metadata["seed"], first["seed"]) == (0, 1)
+    assert json.loads((prepared / "metadata.json").read_text())["seed"] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "prepared"]  # nothing left aside
+    # Nor one that holds its own corpus.
+    (prepared / "book.txt").write_text("the cat sat on the mat . the dog sat .\n" * 20)
+    with pytest.raises(ValueError, match="an input of this preparation"):
+        prepare(prepared / "book.txt", vocabulary, prepared, overwrite=True)
+    assert (prepared / "book.txt").exists()
 
 
 def test_failure_while_writing_leaves_nothing(tmp_path, corpus, vocabulary, monkeypatch):
+    prepare(corpus, vocabulary, tmp_path / "prepared")
+    before = folder_state(tmp_path)
     written = []
 
     def failing_example(segment_a, segment_b, label):
@@ -300,15 +313,12 @@ def test_failure_while_writing_leaves_nothing(tmp_path, corpus, vocabulary, monk
     with pytest.raises(OSError, match="disk full"):
         prepare(corpus, vocabulary, tmp_path / "out", examples_per_shard=2)
     assert len(written) == 5
-    assert list(tmp_path.iterdir()) == []
+    assert folder_state(tmp_path) == before
     # An existing folder being replaced stays as it was.
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "keep.txt").write_text("keep")
     written.clear()
     with pytest.raises(OSError, match="disk full"):
-        prepare(corpus, vocabulary, tmp_path / "out", overwrite=True)
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+        prepare(corpus, vocabulary, tmp_path / "prepared", overwrite=True)
+    assert folder_state(tmp_path) == before
 
 
 def test_prepared_folder_rejects_other_settings(tmp_path, corpus, vocabulary):

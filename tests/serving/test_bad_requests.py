@@ -1,5 +1,7 @@
 """Bad requests to an exported model get a clear error, and the model keeps serving."""
 
+import re
+
 import pytest
 import tensorflow as tf
 
@@ -44,3 +46,49 @@ def test_a_tf_example_without_the_text_feature_is_refused_by_name(signatures):
     empty = tf.train.Example().SerializeToString()
     with pytest.raises(tf.errors.InvalidArgumentError, match="text"):
         signatures["from_tf_example"](examples=tf.constant([empty]))
+
+
+def shape_given(shape):
+    """The shape as a refused request's message prints it."""
+    return re.escape(f"the shape given:] [{' '.join(map(str, shape))}]")
+
+
+# (2, 1) has as many strings as rows: a check of sizes would let it through.
+@pytest.mark.parametrize("shape", [(), (2, 3), (2, 1)])
+def test_text_of_another_rank_is_refused_and_the_model_keeps_serving(signatures, shape):
+    serve = signatures["serving_default"]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="text must be a 1-D batch of strings, one per example; " + shape_given(shape)):
+        serve(text=tf.fill(shape, "the cat"))
+    assert serve(text=tf.constant(["the cat", "sat"]))["label_ids"].shape == (2,)
+
+
+@pytest.fixture(scope="module")
+def multiple_choice(exported):
+    return tf.saved_model.load(exported["multiple_choice"][1]).signatures["serving_default"]
+
+
+@pytest.mark.parametrize("shape", [(2,), (1, 1, 2)])
+def test_choices_of_another_rank_are_refused(multiple_choice, shape):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="choices must be a 2-D batch of strings, one row per example; " + shape_given(shape)):
+        multiple_choice(context=tf.constant(["the cat"] * shape[0]), choices=tf.fill(shape, "sat"))
+    good = multiple_choice(context=tf.constant(["the cat"]), choices=tf.constant([["sat", "ran"]]))
+    assert good["probabilities"].shape == (1, 2)
+
+
+def test_tf_examples_or_token_ids_of_another_rank_are_refused(signatures, exported):
+    feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"the cat"]))
+    example = tf.train.Example(features=tf.train.Features(feature={"text": feature})).SerializeToString()
+    from_examples = signatures["from_tf_example"]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="examples must be a 1-D batch of serialized tf.train.Examples; " + shape_given((1, 2))):
+        from_examples(examples=tf.constant([[example, example]]))
+    assert from_examples(examples=tf.constant([example]))["label_ids"].shape == (1,)
+
+    by_ids = signatures["from_token_ids"]
+    good = exported["classifier"][0].preprocessor(["the cat"])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"token_ids must be 2-D, \(batch, tokens\); " + shape_given((1, 1, 16))):
+        by_ids(**{name: value[None] for name, value in good.items()})
+    assert by_ids(**good)["label_ids"].shape == (1,)

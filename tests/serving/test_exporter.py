@@ -157,3 +157,92 @@ def test_the_version_follows_the_umask_so_a_server_of_another_user_can_read_it(c
     for name, mode in modes.items():
         expected = folder_mode if os.path.isdir(name) else file_mode
         assert mode == expected, f"{name}: {oct(mode)}, expected {oct(expected)}"
+
+
+# Another process that loads the model, says it is ready, and exports once told to go.
+RACER = """
+import os, sys, time
+import kbert
+model_file, ready, go, folder = sys.argv[1:]
+model = kbert.load_model(model_file)
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.002)
+print(kbert.export(model, folder))
+"""
+
+
+def test_two_exports_started_at_once_get_a_version_each(classifier, tmp_path):
+    classifier.save(str(tmp_path / "spam.keras"))
+    folder, ready, go = tmp_path / "spam", tmp_path / "ready", tmp_path / "go"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Output to files, not pipes: nothing reads them while the process starts.
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        other = subprocess.Popen(
+            [sys.executable, "-c", RACER, str(tmp_path / "spam.keras"), str(ready), str(go), str(folder)],
+            cwd=root, env={**os.environ, "KERAS_BACKEND": "tensorflow"}, stdout=out, stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while not ready.exists():
+            assert other.poll() is None, (tmp_path / "err").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the other export's process did not start"
+            time.sleep(0.05)
+        go.touch()
+        # Both choose version 1, seconds before either renames its export into place.
+        paths = {kbert.export(classifier, str(folder))}
+        assert other.wait(timeout=300) == 0, (tmp_path / "err").read_text()[-3000:]
+    finally:
+        if other.poll() is None:
+            other.kill()
+    paths.add((tmp_path / "out").read_text().strip().splitlines()[-1])
+    assert paths == {str(folder / "1"), str(folder / "2")}
+    assert sorted(os.listdir(folder)) == ["1", "2"]  # no hidden work folder left
+    for path in paths:
+        assert "serving_default" in tf.saved_model.load(path).signatures
+
+
+def test_a_version_another_export_writes_meanwhile_is_never_replaced(classifier, tmp_path, monkeypatch):
+    folder = tmp_path / "spam"
+    rename = exporter._rename_no_replace
+    taken = []
+
+    def another_export_first(source, target):
+        if len(taken) < 2:  # another export's version arrives just before the rename, twice
+            os.mkdir(target)
+            with open(os.path.join(target, "saved_model.pb"), "wb") as f:
+                f.write(b"theirs")
+            taken.append(os.path.basename(target))
+        rename(source, target)
+
+    monkeypatch.setattr(exporter, "_rename_no_replace", another_export_first)
+    # A version given is not replaced, and not moved to another one.
+    with pytest.raises(FileExistsError, match=r"^Version 3 in \S+spam was written by another export meanwhile; "
+                                              r"export to another version, or pass overwrite=True"):
+        kbert.export(classifier, str(folder), version=3)
+    # A version chosen by export moves on to the next free one.
+    assert kbert.export(classifier, str(folder)) == str(folder / "5")
+    assert taken == ["3", "4"]
+    for version in taken:
+        assert os.listdir(folder / version) == ["saved_model.pb"]
+        assert (folder / version / "saved_model.pb").read_bytes() == b"theirs"
+    assert sorted(os.listdir(folder)) == ["3", "4", "5"]  # no hidden work folder left
+    assert "serving_default" in tf.saved_model.load(str(folder / "5")).signatures
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "check-then-rename"])
+def test_a_rename_into_place_never_replaces_even_an_empty_folder(tmp_path, monkeypatch, renameat2):
+    if not renameat2:
+        monkeypatch.setattr(exporter, "_renameat2", lambda: None)
+    elif exporter._renameat2() is None:
+        pytest.skip("no renameat2 on this system")
+    staged = tmp_path / ".1.partial"
+    staged.mkdir()
+    (staged / "saved_model.pb").write_bytes(b"new")
+    (tmp_path / "1").mkdir()  # os.rename would replace it
+    with pytest.raises(FileExistsError):
+        exporter._rename_no_replace(str(staged), str(tmp_path / "1"))
+    assert os.listdir(tmp_path / "1") == []
+    exporter._rename_no_replace(str(staged), str(tmp_path / "2"))
+    assert (tmp_path / "2" / "saved_model.pb").read_bytes() == b"new"
+    assert not staged.exists()
