@@ -129,6 +129,9 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
         raise FileExistsError(
             f"{target} exists; export to another version, or pass overwrite=True to replace it."
         )
+    if os.path.lexists(target) and not os.path.isfile(os.path.join(target, "saved_model.pb")):
+        raise ValueError(f"{target} is not an exported model (no saved_model.pb), so overwrite=True does not "
+                         "replace it; export to another version.")
     staging = tempfile.mkdtemp(prefix=_work_prefix(version, "partial"), dir=directory)
     try:
         tf.saved_model.save(module, staging, signatures=module.signatures())

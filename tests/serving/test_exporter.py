@@ -44,6 +44,12 @@ def test_an_existing_version_is_kept_unless_overwrite(classifier, tmp_path):
     kbert.export(classifier, str(folder), version=1, overwrite=True)
     assert sorted(os.listdir(folder)) == ["1"]
     assert "serving_default" in tf.saved_model.load(str(folder / "1")).signatures
+    # Overwriting replaces an export only, never a folder of someone else's files.
+    (folder / "2").mkdir()
+    (folder / "2" / "notes.txt").write_text("a user's file")
+    with pytest.raises(ValueError, match="not an exported model"):
+        kbert.export(classifier, str(folder), version=2, overwrite=True)
+    assert os.listdir(folder / "2") == ["notes.txt"]
 
 
 def test_a_failed_export_leaves_no_version_and_no_partial_files(classifier, tmp_path, monkeypatch):
