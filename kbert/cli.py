@@ -795,6 +795,8 @@ def _check_arguments(args):
         check_output_file(args.out, "--out", args.overwrite, [args.model])
     if command == "export":
         check_output_folder(args.out, "--out")
+    if command == "demo" and args.export_dir:
+        check_output_folder(args.export_dir, "--export-dir")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def test_outputs_and_inputs_of_the_wrong_kind_are_refused_before_any_work(tmp_pa
     notes, folder = str(tmp_path / "notes.txt"), str(tmp_path / "folder")
     cases = [
         (["export", model_file, "--name", "m", "--out", notes], "--out", "is a file, not a folder"),
+        (["demo", "--export-dir", notes], "--export-dir", "is a file, not a folder"),
         (["prepare-pretraining", "--corpus", notes, "--vocabulary", notes, "--out", notes, "--overwrite"],
          "--out", "is a file, not a folder"),
         (["evaluate", model_file, "--task", "sst2", "--out", folder], "--out", "is a folder"),
