@@ -298,6 +298,18 @@ def test_prepare_refuses_an_existing_folder_unless_overwrite(tmp_path, corpus, v
     assert (prepared / "book.txt").exists()
 
 
+@pytest.mark.parametrize("shard", ["/etc/passwd", "../pairs-00000.tfrecord", "gs://bucket/pairs-00000.tfrecord"])
+def test_a_prepared_folder_is_read_from_itself_only(tmp_path, corpus, vocabulary, shard):
+    """Its metadata.json cannot make the reader open a path or URL named there."""
+    folder = tmp_path / "prepared"
+    prepare(corpus, vocabulary, folder)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["shards"][0] = shard
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match=f"the shard '{shard}' is not a shard file name of the folder"):
+        pretraining_dataset(str(folder), seed=SEED)
+
+
 def test_failure_while_writing_leaves_nothing(tmp_path, corpus, vocabulary, monkeypatch):
     prepare(corpus, vocabulary, tmp_path / "prepared")
     before = folder_state(tmp_path)
