@@ -19,12 +19,16 @@ def checkpoint_prefix(folder):
 
     if not os.path.isdir(folder) or not os.path.exists(os.path.join(folder, CONFIG_FILE)):
         return None
-    prefix = tf.train.latest_checkpoint(folder)
-    if prefix is None:
-        candidate = os.path.join(folder, "bert_model.ckpt")
+    # The `checkpoint` file may name a prefix anywhere (an absolute path of the
+    # machine that wrote it, "../", a URL): only its file name is looked for,
+    # in this folder.
+    state = tf.train.get_checkpoint_state(folder)
+    names = [os.path.basename(state.model_checkpoint_path)] if state and state.model_checkpoint_path else []
+    for name in names + ["bert_model.ckpt"]:
+        candidate = os.path.join(folder, name)
         if os.path.exists(candidate + ".index"):
-            prefix = candidate
-    return prefix
+            return candidate
+    return None
 
 
 def huggingface_name(name):

@@ -231,6 +231,24 @@ def test_google_checkpoint_gives_identical_outputs(tiny_encoder, tmp_path):
     assert_all_close(outputs(restored, restored_tokenizer), outputs(encoder, tokenizer), atol=1e-6)
 
 
+@pytest.mark.parametrize("named", ["{outside}/bert_model.ckpt", "../outside/bert_model.ckpt",
+                                   "gs://bucket/bert_model.ckpt"])
+def test_a_google_folder_reads_only_its_own_checkpoint(tmp_path, named):
+    """Its `checkpoint` file cannot make the loader read weights outside the folder."""
+    from kbert.checkpoints.google import checkpoint_prefix
+
+    outside, folder = tmp_path / "outside", tmp_path / "google"
+    for place in (outside, folder):
+        place.mkdir()
+        (place / "bert_config.json").write_text("{}")
+    (outside / "bert_model.ckpt.index").write_bytes(b"")
+    named = named.format(outside=outside)
+    (folder / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
+    assert checkpoint_prefix(str(folder)) is None
+    (folder / "bert_model.ckpt.index").write_bytes(b"")  # its own weights, under the name given
+    assert checkpoint_prefix(str(folder)) == str(folder / "bert_model.ckpt")
+
+
 # keras-hub presets saved on disk.
 def test_keras_hub_preset_matches_keras_hub_and_the_source(tiny_encoder, tmp_path):
     encoder, tokenizer = tiny_encoder
