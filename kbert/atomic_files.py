@@ -57,22 +57,28 @@ def write_atomically(path, write):
 
 
 class SavesAtomically:
-    """A `keras.Model` mixin: `save` to a local `.keras` file replaces the old one atomically.
+    """A `keras.Model` mixin: `save` and `save_weights` to a local file replace the old one atomically.
 
-    Keras writes a `.keras` file in place, so a full disk or a kill midway
-    destroys the model saved there before. Here the new file is written
-    beside it and renamed over it when complete (`write_atomically`); other
-    targets (a remote path, `zipped=False`, `overwrite=False` over an existing
-    file) are Keras' own `save`.
+    Keras writes a `.keras` or `.weights.h5` file in place, so a full disk or
+    a kill midway destroys the model saved there before. Here the new file is
+    written beside it and renamed over it when complete (`write_atomically`);
+    other targets (a remote path, `zipped=False`, sharded weights,
+    `overwrite=False` over an existing file) are Keras' own.
     """
 
     def save(self, filepath, overwrite=True, **kwargs):
-        path = os.fspath(filepath)
-        keras_save = super().save
-        if ("://" in path or not path.endswith(".keras") or kwargs.get("zipped") is False
-                or (not overwrite and os.path.exists(path))):
-            return keras_save(filepath, overwrite=overwrite, **kwargs)
-        return write_atomically(path, lambda temporary: keras_save(temporary, overwrite=True, **kwargs))
+        return _save_atomically(super().save, filepath, ".keras", overwrite, **kwargs)
+
+    def save_weights(self, filepath, overwrite=True, **kwargs):
+        return _save_atomically(super().save_weights, filepath, ".weights.h5", overwrite, **kwargs)
+
+
+def _save_atomically(save, filepath, ending, overwrite, **kwargs):
+    path = os.fspath(filepath)
+    if ("://" in path or not path.endswith(ending) or kwargs.get("zipped") is False
+            or kwargs.get("max_shard_size") is not None or (not overwrite and os.path.exists(path))):
+        return save(filepath, overwrite=overwrite, **kwargs)
+    return write_atomically(path, lambda temporary: save(temporary, overwrite=True, **kwargs))
 
 
 def json_text(value):

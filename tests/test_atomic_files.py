@@ -3,6 +3,7 @@
 import json
 import os
 
+import keras
 import pytest
 
 import kbert
@@ -26,12 +27,31 @@ def test_a_save_that_fails_midway_leaves_the_saved_model_whole(tmp_path, kind):
     model.save(str(path))
     before = folder_state(tmp_path)
     # Keras alone writes into the old file and leaves a partial zip.
-    with file_size_limit(path.stat().st_size // 2), pytest.raises(Exception):
+    with file_size_limit(path.stat().st_size // 2), pytest.raises(OSError):
         model.save(str(path))
     assert folder_state(tmp_path) == before  # the old file whole, no temporary file left
     assert not any(name.startswith(TEMPORARY_PREFIX) for name in os.listdir(tmp_path))
-    restored = kbert.load_model(str(path))
-    assert type(restored) is type(model)
+    assert type(kbert.load_model(str(path))) is type(model)
+
+
+def test_weights_that_fail_midway_leave_the_saved_weights_whole(tmp_path, monkeypatch):
+    # (A real full disk: HDF5 crashes the process when it closes the file.)
+    model = tiny_models()["classifier"]
+    path = tmp_path / "model.weights.h5"
+    model.save_weights(str(path))
+    before = folder_state(tmp_path)
+
+    def disk_full(self, filepath, *args, **kwargs):
+        with open(filepath, "wb") as file:
+            file.write(b"half of the weights")
+        raise OSError(28, "No space left on device", filepath)
+
+    monkeypatch.setattr(keras.Model, "save_weights", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        model.save_weights(str(path))
+    assert folder_state(tmp_path) == before
+    monkeypatch.undo()
+    model.load_weights(str(path))
 
 
 def test_every_kbert_model_saves_atomically():
