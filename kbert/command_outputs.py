@@ -8,7 +8,7 @@ The rules the commands follow (docs/cli.rst, "What a command may replace"):
 - what is replaced is written aside and renamed into place
   (`kbert.atomic_files`), and a run folder's older TensorBoard logs are moved
   aside, never deleted;
-- an output never is, or holds, one of the command's own inputs;
+- an output never is, holds or lies in one of the command's own inputs;
 - a folder a failed command made and left empty is removed
   (`remove_empty_folders`).
 """
@@ -113,5 +113,5 @@ def remove_empty_folders(path):
 def _check_not_an_input(path, flag, inputs):
     for given in inputs:
         if given and (contains_path(path, given) or contains_path(given, path)):
-            raise ValueError(f"{flag} {path} is, or holds, {given}, one of the command's own inputs; "
-                             f"choose another {flag}.")
+            raise ValueError(f"{flag} {path} overlaps {given}, one of the command's own inputs (one is, or "
+                             f"holds, the other); choose another {flag}.")

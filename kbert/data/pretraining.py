@@ -770,5 +770,5 @@ def _check_replaceable(output_dir, corpus, vocabulary, overwrite):
         inputs.append(os.fspath(vocabulary))
     for path in inputs:
         if contains_path(output_dir, path) or contains_path(path, output_dir):
-            raise ValueError(f"{output_dir} is, or holds, {path}, an input of this preparation; "
-                             "choose another output folder.")
+            raise ValueError(f"{output_dir} overlaps {path}, an input of this preparation (one is, or holds, "
+                             "the other); choose another output folder.")
