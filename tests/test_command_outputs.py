@@ -181,8 +181,10 @@ def test_a_run_folder_keeps_its_earlier_logs_aside_and_says_so(tmp_path, capsys,
 
 def test_ctrl_c_ends_a_command_with_one_line(tmp_path):
     """SIGINT while `kbert predict --file -` waits for its standard input."""
+    # As from a terminal: pytest-xdist's workers ignore SIGINT, and a child would inherit that.
     command = subprocess.Popen([KBERT, "predict", str(tmp_path), "--file", "-"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     # Linux: /proc/PID/syscall starts with 0 (read) on standard input (fd 0) once it waits there.
     while not open(f"/proc/{command.pid}/syscall").read().startswith("0 0x0 ") and time.time() < deadline:
