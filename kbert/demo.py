@@ -138,7 +138,8 @@ def export_and_serve(clf, folder, texts):
                     for a, b in zip(row, expected)))
     print(f"   A fresh Python process (tensorflow + tensorflow_text only) loaded it and answered "
           f"{served['labels']}: {'same as' if same else 'DIFFERENT from'} the Keras model")
-    print(f"   Serve it: docker run -p 8501:8501 -v $PWD/{folder}:/models/spam -e MODEL_NAME=spam "
+    mount = folder if os.path.isabs(folder) else f"$PWD/{folder}"
+    print(f"   Serve it: docker run -p 8501:8501 -v {mount}:/models/spam -e MODEL_NAME=spam "
           "tensorflow/serving  (see saved_models/README.rst)")
     if not same:
         raise SystemExit("The exported model answers differently from the Keras model.")
