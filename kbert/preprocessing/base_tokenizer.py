@@ -1,6 +1,7 @@
 """What every kbert tokenizer offers: vocabulary access, special token ids, batch handling."""
 
 import tensorflow as tf
+from keras.src.saving.serialization_lib import in_safe_mode
 
 from kbert.preprocessing.preprocessing_layer import PreprocessingLayer, to_string_tensor
 
@@ -108,3 +109,22 @@ class BaseTokenizer(PreprocessingLayer):
             token_ids = tf.ragged.boolean_mask(token_ids, token_ids.with_flat_values(keep))
         texts = self._join_pieces(token_ids)
         return texts[0] if scalar else texts
+
+
+def refuse_unsafe_config_value(cls, key, value, expected):
+    """Raises unless Keras safe mode is off: a config's `key` must be `expected`, not a path.
+
+    A config never legitimately names a file (`get_config` writes the data
+    itself), and reading one named in a model file would let the file make
+    the loader read any path or URL (keras-team/keras#21751).
+    """
+    if in_safe_mode() is False:
+        return
+    shown = repr(value)
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    raise ValueError(
+        f"{cls.__name__} config's `{key}` must be {expected}, got {shown}: a model file must carry "
+        f"its {key} as {expected}, not a path; to load a trusted file, pass `safe_mode=False` (or "
+        "call `keras.config.enable_unsafe_deserialization()`)."
+    )

@@ -12,8 +12,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.preprocessing.base_tokenizer import BaseTokenizer
-from kbert.preprocessing.tokenizer import refuse_unsafe_config_value
+from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
 
 PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)

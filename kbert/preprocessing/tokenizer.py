@@ -6,9 +6,8 @@ import re
 import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
-from keras.src.saving.serialization_lib import in_safe_mode
 
-from kbert.preprocessing.base_tokenizer import BaseTokenizer
+from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -57,25 +56,6 @@ def read_vocabulary(vocabulary):
             f"{list(SPECIAL_TOKENS)}."
         )
     return tokens
-
-
-def refuse_unsafe_config_value(cls, key, value, expected):
-    """Raises unless Keras safe mode is off: a config's `key` must be `expected`, not a path.
-
-    A config never legitimately names a file (`get_config` writes the data
-    itself), and reading one named in a model file would let the file make
-    the loader read any path or URL (keras-team/keras#21751).
-    """
-    if in_safe_mode() is False:
-        return
-    shown = repr(value)
-    if len(shown) > 200:
-        shown = shown[:200] + "..."
-    raise ValueError(
-        f"{cls.__name__} config's `{key}` must be {expected}, got {shown}: a model file must carry "
-        f"its {key} as {expected}, not a path; to load a trusted file, pass `safe_mode=False` (or "
-        "call `keras.config.enable_unsafe_deserialization()`)."
-    )
 
 
 def _is_token_list(vocabulary):
