@@ -195,6 +195,32 @@ def resolve_encoder(encoder, vocabulary=None):
     return encoder, None  # a checkpoint: the task builders load it
 
 
+# The validation texts whose vectors `fine_tune` writes for the Projector (the first ones).
+PROJECTED_TEXTS = 1000
+
+
+def _first_text(texts):
+    """The first text, or `(text_a, text_b)` pair, of a split."""
+    return (texts[0][0], texts[1][0]) if isinstance(texts, tuple) else texts[0]
+
+
+def _write_projector(classifier, texts, labels, run_dir, batch_size):
+    """The pooled [CLS] vectors of the first `PROJECTED_TEXTS` texts, which the classifier's head reads."""
+    import kbert
+    from kbert.distribute import remove_worker_directory, worker_directory
+
+    count = PROJECTED_TEXTS
+    texts = tuple(side[:count] for side in texts) if isinstance(texts, tuple) else texts[:count]
+    embedder = kbert.Embedder(classifier.encoder, classifier.preprocessor.packer, pooling="pooled")
+    # Every worker embeds (prediction is collective under several workers); the chief's files stay.
+    target = worker_directory(run_dir)
+    try:
+        kbert.callbacks.write_projector(embedder, texts, target, labels=labels[:count],
+                                        class_names=classifier.class_names, batch_size=batch_size)
+    finally:
+        remove_worker_directory(target, run_dir)
+
+
 def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequence_length=None,
               learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1,
               source="local"):
@@ -210,13 +236,19 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     seen and wall time) and `tensorboard/`:
 
     - `train/` and `validation/`: the loss, the metrics and the learning
-      rate per epoch (`epoch_*`), and every 50 steps (`batch_*`);
+      rate per epoch (`epoch/...`), and every 50 steps (`steps/...`;
+      `kbert.callbacks.TensorBoard`);
     - for classifiers, `validation/` also gets the confusion matrix of each
       epoch (an image), per-class precision, recall and F1 and a report
-      table (`kbert.callbacks.ConfusionMatrixLogger`);
+      table (`kbert.callbacks.ConfusionMatrixLogger`), and, after training,
+      the sentence vectors of up to `PROJECTED_TEXTS` validation texts
+      labelled by class for the Projector (`kbert.callbacks.write_projector`);
+      `train/` gets the attention maps of the first validation text at each
+      epoch end (`kbert.callbacks.AttentionMapLogger`);
     - `hparams/`: the settings, the final epoch's logs and the evaluation
-      split's scores (`dev_accuracy`, `test_f1`, ...) for TensorBoard's
-      HParams dashboard (`kbert.callbacks.HParamsLogger`).
+      split's scores (`score/dev_accuracy`, `score/test_f1`, ..., and the
+      task's metric first as `score`) for TensorBoard's HParams dashboard
+      (`kbert.callbacks.HParamsLogger`), in a row named after the run.
 
     Returns:
         The dict written to `metrics.json`.
@@ -229,9 +261,11 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
 
     name, info = recipe(task)
     os.makedirs(out, exist_ok=True)
+    # Everything that changes the result, for metrics.json and the HParams dashboard.
     settings = {"task": name, "encoder": str(encoder), "epochs": epochs, "batch_size": batch_size,
                 "sequence_length": sequence_length or info.sequence_length,
-                "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed,
+                "learning_rate": learning_rate, "max_examples": max_examples,
+                "max_eval_examples": max_eval_examples, "eval_split": info.eval_split, "seed": seed,
                 "source": source}
     keras.utils.set_random_seed(seed)
     encoder, vocabulary = resolve_encoder(encoder, vocabulary)
@@ -243,7 +277,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     validation_x, validation_y = take(*load_split(name, info.fit_validation_split, source),
                                       max_eval_examples)
     log_dir = os.path.join(out, "tensorboard")
-    hparams = kbert.callbacks.HParamsLogger(log_dir, settings)
+    hparams = kbert.callbacks.HParamsLogger(log_dir, settings, headline=f"{info.eval_split}_{info.metric}")
     callbacks = [
         kbert.callbacks.LearningRateLogger(),
         kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50),
@@ -252,6 +286,9 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     if info.builder == "classifier":
         callbacks.append(kbert.callbacks.ConfusionMatrixLogger(
             log_dir, (validation_x, validation_y), batch_size=batch_size
+        ))
+        callbacks.append(kbert.callbacks.AttentionMapLogger(
+            log_dir, _first_text(validation_x), sequence_length=sequence_length or info.sequence_length
         ))
     start = time.time()
     history = model.fit(
@@ -266,6 +303,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
                             source=source)
     hparams.log_metrics({f"{metrics['split']}_{key}": value for key, value in metrics.items()
                          if isinstance(value, float)})
+    if info.builder == "classifier":
+        _write_projector(model, validation_x, validation_y, os.path.join(log_dir, "validation"), batch_size)
     result = {
         **metrics,
         "train_examples": len(y) if y is not None else len(x),

@@ -58,7 +58,7 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     assert int(pretrainer.optimizer.iterations.numpy()) > 0
     # TensorBoard: the epoch's curves whatever its step count, the fill-mask guesses at the end.
     train_logs = out / "tensorboard" / "train"
-    assert sorted(scalars(train_logs)["epoch_loss"]) == [0]
+    assert sorted(scalars(train_logs)["epoch/loss"]) == [0]
     steps = int(pretrainer.optimizer.iterations.numpy())
     table = texts(train_logs)["fill_mask"][steps]
     assert table[1:, 0].tolist() == list(cli.PRETRAIN_FILL_MASK_SENTENCES)
@@ -86,10 +86,10 @@ def test_pretrain_sop_on_a_tiny_albert_with_ngram_masking(tmp_path, capsys):
     assert len(encoder.transformer_layers) == 1
     # TensorBoard has the SOP curves where NSP's would be.
     logged = scalars(out / "tensorboard" / "train")
-    for name in ("epoch_sop_loss", "epoch_sop_accuracy", "epoch_mlm_loss", "epoch_loss"):
+    for name in ("epoch/sop_loss", "epoch/sop_accuracy", "epoch/mlm_loss", "epoch/loss"):
         assert sorted(logged[name]) == [0], name
     assert not any("nsp" in name for name in logged)
-    assert 0 <= logged["epoch_sop_accuracy"][0] <= 1
+    assert 0 <= logged["epoch/sop_accuracy"][0] <= 1
 
 
 def test_pretrain_reads_prepared_shards_and_refuses_another_objective(tmp_path, capsys):

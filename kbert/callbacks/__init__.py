@@ -33,8 +33,8 @@ def standard(logdir, save_freq=500, checkpoint="epoch", keep=3, profile_batch=0,
     2. `LearningRateLogger`: adds `learning_rate` to the logs, so the
        callbacks after it (TensorBoard, History, the progress bar) show it.
     3. `TensorBoard` in `<logdir>/tensorboard`: losses, metrics and the
-       learning rate per epoch (`epoch_*`) and every `update_freq` batches
-       (`batch_*`), numbered by optimizer step.
+       learning rate per epoch (`epoch/...`) and every `update_freq` batches
+       (`steps/...`), numbered by optimizer step.
     4. `ModelCheckpoint` to `<logdir>/checkpoints/epoch-001.keras`, ... (whole
        models, for `keras.saving.load_model`), keeping the newest `keep`.
 

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from kbert.callbacks.images import grid, heat_map
+from kbert.callbacks.images import CARD_WIDTH, heat_map, padded_batch
 from kbert.callbacks.writers import LazyWriters
 
 
@@ -52,18 +52,24 @@ def attention_scores(encoder, inputs):
 class AttentionMapLogger(keras.callbacks.Callback):
     """Draws where each attention head of the encoder looks, for one sentence, during `fit`.
 
-    For every Transformer block the callback writes one image
-    `attention/layer_<l>` to the `train` run of `log_dir`: a grid of heat
-    maps, one per head, whose row `i` shows how token `i` of the sentence
-    spreads its attention over the tokens (columns), from pale yellow (0) to
-    dark blue (1). The sentence is packed as BERT reads it (`[CLS] text
-    [SEP]`, or a pair), and its tokens label the rows and columns.
+    For every Transformer block `l` the callback writes one image summary
+    `self_attention/layer_<l>` to the `train` run of `log_dir`, holding one
+    heat map per head (TensorBoard's card shows one head at a time, picked
+    with its sample slider; all heads of a block are drawn at one size, at
+    least 400 pixels wide). Row `i` of a head's map shows how token `i` of
+    the sentence spreads its attention over the tokens (columns). Each head
+    has its own colour scale, from pale yellow at its least attention to
+    dark blue at its most, the two numbers written at the ends of its colour
+    bar: a head that attends almost evenly still shows its structure. The
+    sentence is packed as BERT reads it (`[CLS] text [SEP]`, or a pair), and
+    its tokens label the rows and columns. A short sentence reads best:
+    cells shrink to 14 pixels as tokens are added, so a long one makes a
+    wide image that TensorBoard scales down.
 
-    The images are written at every epoch end (numbered by epoch, like the
-    `epoch_*` curves), or with `every=N` every N optimizer steps and when
-    training ends (numbered by step, like the `batch_*` curves).
-    Works with any model that has an `encoder` (task models, the
-    pretrainer) or is a `kbert.Encoder`.
+    The images are written at every epoch end (numbered by epoch), or with
+    `every=N` every N optimizer steps and when training ends (numbered by
+    optimizer step). Works with any model that has an `encoder` (task
+    models, the pretrainer) or is a `kbert.Encoder`.
 
     Args:
         log_dir: TensorBoard's log directory (that of the `TensorBoard`
@@ -84,6 +90,9 @@ class AttentionMapLogger(keras.callbacks.Callback):
     >>> tokens, scores = logger.attention(encoder)   # during `fit`: the fitted model's
     >>> tokens, len(scores), scores[0].shape
     (['[CLS]', 'the', 'cat', 'sat', '[SEP]'], 2, (2, 5, 5))
+    >>> images = logger.images(encoder)   # what `write` puts in TensorBoard
+    >>> sorted(images), images["self_attention/layer_0"].shape[0]   # one image per head
+    (['self_attention/layer_0', 'self_attention/layer_1'], 2)
 
     In `fit`: `model.fit(..., callbacks=[AttentionMapLogger("logs", "the cat sat")])`.
     """
@@ -122,28 +131,40 @@ class AttentionMapLogger(keras.callbacks.Callback):
         return tokens, [layer_scores[0] for layer_scores in attention_scores(encoder, inputs)]
 
     def images(self, model=None):
-        """`{tag: RGB array}`: the image of every block, `attention/layer_<l>`."""
+        """`{tag: uint8 array (heads, height, width, 3)}`: one image per head for each block.
+
+        The tags are `self_attention/layer_<l>`. Each head's map is coloured
+        from its own least to its most attention, both written on its
+        colour bar; the heads of a block are padded to one size.
+        """
         tokens, scores = self.attention(model)
         labels = [token if len(token) <= 14 else token[:13] + "…" for token in tokens]
-        return {
-            f"attention/layer_{number}": grid(
-                [heat_map(head, labels, labels, title=f"head {h}") for h, head in enumerate(layer_scores)],
-                columns=4,
-            )
-            for number, layer_scores in enumerate(scores)
-        }
+        images = {}
+        for number, layer_scores in enumerate(scores):
+            heads = [
+                heat_map(head, labels, labels, title=f"layer {number}, head {h}",
+                         row_title="query", column_title="key",
+                         colour_range=(float(head.min()), float(head.max())), colour_bar="attention",
+                         min_width=CARD_WIDTH)
+                for h, head in enumerate(layer_scores)
+            ]
+            # One summary holds the heads as its samples, which must share one size.
+            images[f"self_attention/layer_{number}"] = padded_batch(heads)
+        return images
 
     def write(self, step):
-        """Writes one image per block at `step`."""
+        """Writes one image summary per block at `step`, its samples the heads."""
         import tensorflow as tf
 
         images = self.images()
         with self._writers.writing("train"):
-            for number, (tag, image) in enumerate(images.items()):
+            for number, (tag, heads) in enumerate(images.items()):
                 tf.summary.image(
-                    tag, image[None], step=step,
-                    description=f"Block {number}: row i is where token i attends (columns), pale "
-                                f"yellow 0 to dark blue 1, one map per head. Text: {self.text!r}",
+                    tag, heads, max_outputs=len(heads), step=step,
+                    description=f"Block {number}, one image per head (the slider picks the head): "
+                                "row i is where token i attends (columns), from pale yellow at the "
+                                "head's least attention to dark blue at its most, the two numbers "
+                                f"on the colour bar. Text: {self.text!r}",
                 )
         self._last_step = step
 

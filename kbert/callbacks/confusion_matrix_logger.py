@@ -3,9 +3,11 @@
 import keras
 import numpy as np
 
-from kbert.callbacks.images import heat_map
+from kbert.callbacks.images import CARD_WIDTH, heat_map
 from kbert.callbacks.writers import LazyWriters
 from kbert.metrics.classification import classification_report, format_classification_report
+
+IMAGE_TAG = "report/confusion_matrix"
 
 
 class ConfusionMatrixLogger(keras.callbacks.Callback):
@@ -15,9 +17,12 @@ class ConfusionMatrixLogger(keras.callbacks.Callback):
     `validation_data` and this callback writes, in the `validation` run of
     `log_dir` (next to Keras' `validation` curves), numbered by epoch:
 
-    - an image `confusion_matrix`: rows are the true classes, columns the
-      predicted ones, each cell with its count and coloured by its share of
-      the row (so the diagonal shows each class' recall);
+    - an image `report/confusion_matrix`: rows are the true classes,
+      columns the predicted ones, each cell with its count and coloured by
+      its share of the row (so the diagonal shows each class' recall), under
+      a title with the accuracy; at least 400 pixels wide, so TensorBoard's
+      image card shows it about at its size. (Its `report/` group sorts
+      after the `epoch` curves, which TensorBoard opens first.)
     - scalars `precision/<class>`, `recall/<class>`, `f1/<class>` and
       `macro_f1`;
     - a text `classification_report`: the per-class table and the matrix
@@ -109,11 +114,14 @@ class ConfusionMatrixLogger(keras.callbacks.Callback):
         shares = np.divide(counts, totals, out=np.full(counts.shape, np.nan), where=totals > 0)
         image = heat_map(
             shares, names, names, cell_texts=counts,
+            # Large cells for few classes; the matrix stays about 300 pixels wide until the counts need more.
+            cell_size=int(np.clip(300 // max(len(names), 1), 24, 96)),
             title=f"accuracy {report['accuracy']:.4f} on {report['num_examples']} examples",
-            row_title="true", column_title="predicted",
+            row_title="true", column_title="predicted", colour_bar="share of the row",
+            min_width=CARD_WIDTH,
         )
         with self._writers.writing("validation"):
-            tf.summary.image("confusion_matrix", image[None], step=step,
+            tf.summary.image(IMAGE_TAG, image[None], step=step,
                              description="Rows: true classes; columns: predicted classes. "
                                          "Colour: share of the row.")
             for name, scores in report["per_class"].items():

@@ -12,7 +12,7 @@ class FillMaskLogger(keras.callbacks.Callback):
     fitted (a `kbert.Pretrainer`) fills the masks of `sentences` with
     `kbert.fill_mask`, and the callback writes its top `top_k` tokens per
     mask as a table, the text `fill_mask` of the `train` run of `log_dir`,
-    numbered by optimizer step like the `batch_*` curves. TensorBoard's Text
+    numbered by optimizer step like the `steps/...` curves. TensorBoard's Text
     tab then shows the guesses turning from frequent tokens into sensible
     words as the loss falls. `guesses` holds the last result (as `FillMask`
     returns it, one list per sentence).

@@ -3,6 +3,11 @@
 Drawn with Pillow (a dependency of TensorBoard), so no plotting library is
 needed. The functions return `uint8` arrays of shape `(height, width, 3)`, what
 `tf.summary.image` takes (with a batch axis added).
+
+The images are sized for TensorBoard's image cards, which scale every image to
+the card's width (about 350 to 500 pixels): text is 11 to 15 pixels high, and
+an image is as wide as its widest line of text, so nothing is cut off at the
+right edge.
 """
 
 import numpy as np
@@ -14,9 +19,23 @@ _COLOURS = np.array(
 )
 _WHITE, _BLACK, _GREY = (255, 255, 255), (0, 0, 0), (110, 110, 110)
 
+# About the width of TensorBoard's image cards: a narrower image is scaled up into a blur.
+CARD_WIDTH = 400
+# Pixel size of titles, and the largest of labels and cell texts.
+TITLE_FONT_SIZE = 15
+# White space around the drawing and between its parts.
+MARGIN = 6
+_SMALLEST_CELL, _LARGEST_CELL = 14, 64
+_BAR_HEIGHT = 12
+
 
 def colour_map(values):
-    """RGB colours (`uint8`, one more axis of 3) for `values` in [0, 1]; NaN is light grey."""
+    """RGB colours (`uint8`, one more axis of 3) for `values` in [0, 1]; NaN is light grey.
+
+    Example:
+    >>> colour_map([0.0, 1.0, np.nan]).tolist()
+    [[255, 255, 217], [8, 29, 88], [235, 235, 235]]
+    """
     values = np.asarray(values, "float64")
     missing = ~np.isfinite(values)
     position = np.clip(np.where(missing, 0.0, values), 0.0, 1.0) * (len(_COLOURS) - 1)
@@ -27,37 +46,76 @@ def colour_map(values):
     return np.round(colours).astype("uint8")
 
 
-def _font(size):
+def font(size):
+    """Pillow's default font at `size` pixels (its small bitmap font where Pillow lacks FreeType)."""
     from PIL import ImageFont
 
     try:
         return ImageFont.load_default(size=size)
-    except (TypeError, ImportError, OSError):  # Pillow without FreeType: a fixed bitmap font.
+    except (TypeError, ImportError, OSError):
         return ImageFont.load_default()
 
 
-def _text_size(draw, text, font):
-    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-    return right - left, bottom - top
+def format_range(low, high):
+    """How a colour bar writes its ends: whole numbers as such, else 3 decimals, more if they look alike.
+
+    Example:
+    >>> format_range(0.0, 1.0), format_range(0.0312, 0.4118), format_range(0.1102, 0.1104)
+    (('0', '1'), ('0.031', '0.412'), ('0.1102', '0.1104'))
+    """
+    if float(low).is_integer() and float(high).is_integer():
+        return str(int(low)), str(int(high))
+    # A near-uniform range (an attention head's 0.110 to 0.112) still needs two different numbers.
+    for decimals in range(3, 7):
+        ends = f"{low:.{decimals}f}", f"{high:.{decimals}f}"
+        if ends[0] != ends[1]:
+            return ends
+    return f"{low:.3f}", f"{high:.3f}"
 
 
 def heat_map(values, row_labels, column_labels, title=None, cell_texts=None, cell_size=None,
-             row_title=None, column_title=None):
+             row_title=None, column_title=None, colour_range=(0.0, 1.0), colour_bar=False,
+             min_width=None):
     """A labelled heat map of a matrix, as an RGB array.
 
+    The image is as wide as its widest part: the matrix with its labels, the
+    title, the column title or the colour bar, and at least `min_width`
+    (the content stays left-aligned, padded with white on the right).
+
     Args:
-        values: a 2-D array of numbers in [0, 1] (the colour of each cell).
+        values: a 2-D array of numbers; NaN cells are grey.
         row_labels: a label for each row, drawn left of the matrix.
-        column_labels: a label for each column, drawn above it, vertically.
+        column_labels: a label for each column, drawn above it:
+            horizontally when every label fits its cell, else upwards.
         title: a line above everything.
         cell_texts: optional 2-D array of strings written in the cells
             (e.g. counts).
-        cell_size: pixels per cell; default from the matrix' size.
+        cell_size: pixels per cell (grown to fit the cell texts); default
+            from the matrix' size, so a small matrix is about 300 pixels
+            wide.
         row_title, column_title: what the rows and columns are (e.g. "true",
             "predicted").
+        colour_range: `(low, high)`: values from `low` (lightest) to `high`
+            (darkest) span the colour map; values outside take its ends.
+        colour_bar: whether to draw the colour map under the matrix, its
+            ends labelled with `low` and `high` (as `format_range` writes
+            them); a string is written between them as its caption.
+        min_width: the least width in pixels.
 
     Returns:
         A `uint8` array `(height, width, 3)`.
+
+    Example:
+    >>> image = heat_map([[0.9, 0.1], [0.2, 0.8]], ["cat", "dog"], ["cat", "dog"],
+    ...                  title="accuracy 0.85 on 20 examples", cell_texts=[[9, 1], [2, 8]],
+    ...                  row_title="true", column_title="predicted", colour_bar="share of the row",
+    ...                  min_width=400)
+    >>> image.dtype, image.shape[1], image.shape[2]
+    (dtype('uint8'), 400, 3)
+    >>> attention = np.array([[0.30, 0.70], [0.45, 0.55]])
+    >>> image = heat_map(attention, ["a", "b"], ["a", "b"], colour_range=(0.30, 0.70), colour_bar=True)
+    >>> bool(np.all(image == colour_map(1.0), axis=-1).any())  # the largest value is the darkest
+    True
     """
     from PIL import Image, ImageDraw
 
@@ -70,71 +128,155 @@ def heat_map(values, row_labels, column_labels, title=None, cell_texts=None, cel
             f"Got {len(row_labels)} row and {len(column_labels)} column labels for a "
             f"{rows}x{columns} matrix."
         )
-    if cell_size is None:
-        cell_size = int(np.clip(360 // max(rows, columns, 1), 10, 48 if cell_texts is not None else 24))
-    font = _font(max(8, min(13, cell_size - 2)))
-    small = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    label_width = max([_text_size(small, str(label), font)[0] for label in row_labels] + [0]) + 6
-    label_height = max([_text_size(small, str(label), font)[0] for label in column_labels] + [0]) + 6
-    line = _text_size(small, "Hg", font)[1] + 6
-    top = (line if title else 0) + (line if column_title else 0) + label_height
-    left = (line if row_title else 0) + label_width
-    width = left + columns * cell_size + 4
-    height = top + rows * cell_size + 4
+    low, high = (float(end) for end in colour_range)
+    if not (np.isfinite(low) and np.isfinite(high) and low <= high):
+        raise ValueError(
+            f"`colour_range` must be finite (low, high) with low <= high, got {colour_range!r}."
+        )
+    row_labels = [str(label) for label in row_labels]
+    column_labels = [str(label) for label in column_labels]
+    texts = None if cell_texts is None else [[str(text) for text in row] for row in cell_texts]
 
-    cells = np.repeat(np.repeat(colour_map(values), cell_size, axis=0), cell_size, axis=1)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    if cell_size is None:
+        cell_size = int(np.clip(360 // max(rows, columns, 1), _SMALLEST_CELL, _LARGEST_CELL))
+    # Labels as large as the cells allow: 11 pixels in the smallest default cell.
+    label_font = font(int(np.clip(cell_size - 3, 9, TITLE_FONT_SIZE)))
+    title_font = font(TITLE_FONT_SIZE)
+    if texts is not None:
+        widest = max((_width(measure, text, label_font) for row in texts for text in row), default=0)
+        cell_size = max(cell_size, widest + 10, _line_height(measure, label_font) + 4)
+
+    label_line = _line_height(measure, label_font)
+    title_line = _line_height(measure, title_font) + 4
+    row_label_width = max((_width(measure, label, label_font) for label in row_labels), default=0)
+    column_label_widths = [_width(measure, label, label_font) for label in column_labels]
+    # Upright column labels read best; they turn upwards only when one is wider than its cell.
+    upright = max(column_label_widths, default=0) + 6 <= cell_size
+    column_label_height = label_line if upright else max(column_label_widths, default=0) + 2
+
+    top = MARGIN + (title_line if title else 0) + (label_line + 4 if column_title else 0)
+    top += column_label_height + 4
+    left = MARGIN + (label_line + 4 if row_title else 0) + row_label_width + 6
+    matrix_width, matrix_height = columns * cell_size, rows * cell_size
+    bottom = top + matrix_height
+    if row_title:
+        bottom = max(bottom, top + _width(measure, row_title, label_font))
+
+    # The colour bar: under the matrix, at least as wide as its numbers and caption need.
+    bar = None
+    if colour_bar:
+        ends = list(format_range(low, high))
+        caption = colour_bar if isinstance(colour_bar, str) else ""
+        # The caption is centred, so both ends get room for the wider number.
+        needed = (_width(measure, caption, label_font) + 40
+                  + 2 * max(_width(measure, text, label_font) for text in ends))
+        bar = (left, bottom + 10, max(matrix_width, needed, 120), ends, caption)
+        bottom = bottom + 10 + _BAR_HEIGHT + 4 + label_line
+
+    width = max(
+        left + matrix_width,
+        MARGIN + _width(measure, title, title_font) if title else 0,
+        left + _width(measure, column_title, label_font) if column_title else 0,
+        bar[0] + bar[2] if bar else 0,
+    ) + MARGIN
+    width = max(width, int(min_width or 0))
+    height = bottom + MARGIN
+
+    # Where each value lies in the colour range; a range of one value colours everything as its low end.
+    span = high - low
+    position = (values - low) / span if span > 0 else np.where(np.isfinite(values), 0.0, np.nan)
+    cells = np.repeat(np.repeat(colour_map(position), cell_size, axis=0), cell_size, axis=1)
     image = Image.new("RGB", (width, height), _WHITE)
     image.paste(Image.fromarray(cells), (left, top))
     draw = ImageDraw.Draw(image)
-    y = 0
+
+    y = MARGIN
     if title:
-        draw.text((2, y + 2), title, fill=_BLACK, font=font)
-        y += line
+        _write(draw, (MARGIN, y), title, title_font, _BLACK)
+        y += title_line
     if column_title:
-        draw.text((left, y + 2), column_title, fill=_GREY, font=font)
+        _write(draw, (left, y), column_title, label_font, _GREY)
     if row_title:
-        # Written vertically, left of the row labels.
-        text_width, text_height = _text_size(draw, row_title, font)
-        label = Image.new("RGB", (text_width + 4, text_height + 6), _WHITE)
-        ImageDraw.Draw(label).text((2, 0), row_title, fill=_GREY, font=font)
-        image.paste(label.rotate(90, expand=True), (0, top))
-    for i, text in enumerate(row_labels):
-        text_width, text_height = _text_size(draw, str(text), font)
-        draw.text((left - text_width - 4, top + i * cell_size + (cell_size - text_height) // 2 - 1),
-                  str(text), fill=_BLACK, font=font)
-    for j, text in enumerate(column_labels):
-        # Column labels run upwards, each in a strip rotated by 90 degrees.
-        text_width, text_height = _text_size(draw, str(text), font)
-        strip = Image.new("RGB", (text_width + 4, text_height + 6), _WHITE)
-        ImageDraw.Draw(strip).text((2, 0), str(text), fill=_BLACK, font=font)
-        strip = strip.rotate(90, expand=True)
-        image.paste(strip, (left + j * cell_size + (cell_size - strip.width) // 2,
-                            top - strip.height - 2))
-    if cell_texts is not None:
+        # Written upwards, left of the row labels.
+        strip = _upwards(row_title, label_font, label_line, _GREY)
+        image.paste(strip, (MARGIN, top + max(0, (matrix_height - strip.height) // 2)))
+    for i, label in enumerate(row_labels):
+        _write(draw, (left - 6, top + i * cell_size + cell_size // 2), label, label_font, _BLACK,
+               align="right", centred_on_y=True)
+    for j, label in enumerate(column_labels):
+        if upright:
+            _write(draw, (left + j * cell_size + cell_size // 2, top - 4 - label_line), label,
+                   label_font, _BLACK, align="centre")
+        else:
+            strip = _upwards(label, label_font, label_line, _BLACK)
+            image.paste(strip, (left + j * cell_size + (cell_size - strip.width) // 2,
+                                top - 4 - strip.height))
+    if texts is not None:
         for i in range(rows):
             for j in range(columns):
-                text = str(cell_texts[i][j])
-                text_width, text_height = _text_size(draw, text, font)
-                colour = _WHITE if values[i, j] > 0.55 else _BLACK
-                draw.text((left + j * cell_size + (cell_size - text_width) // 2,
-                           top + i * cell_size + (cell_size - text_height) // 2 - 1),
-                          text, fill=colour, font=font)
+                # White on the dark half of the colour map, black on the light half.
+                colour = _WHITE if np.isfinite(position[i, j]) and position[i, j] > 0.55 else _BLACK
+                centre = (left + j * cell_size + cell_size // 2, top + i * cell_size + cell_size // 2)
+                _write(draw, centre, texts[i][j], label_font, colour, align="centre", centred_on_y=True)
+    if bar:
+        x, y, bar_width, (low_text, high_text), caption = bar
+        gradient = colour_map(np.linspace(0.0, 1.0, bar_width))[None].repeat(_BAR_HEIGHT, axis=0)
+        image.paste(Image.fromarray(gradient), (x, y))
+        y += _BAR_HEIGHT + 4
+        _write(draw, (x, y), low_text, label_font, _BLACK)
+        _write(draw, (x + bar_width, y), high_text, label_font, _BLACK, align="right")
+        if caption:
+            _write(draw, (x + bar_width // 2, y), caption, label_font, _GREY, align="centre")
     return np.asarray(image, "uint8")
 
 
-def grid(images, columns, gap=8):
-    """RGB arrays in rows of `columns`, left to right then top to bottom, on white."""
-    columns = max(1, min(int(columns), len(images)))
-    rows = [images[start : start + columns] for start in range(0, len(images), columns)]
-    heights = [max(image.shape[0] for image in row) for row in rows]
-    widths = [max(row[j].shape[1] for row in rows if j < len(row)) for j in range(columns)]
-    canvas = np.full((sum(heights) + gap * (len(rows) - 1), sum(widths) + gap * (columns - 1), 3),
-                     255, "uint8")
-    y = 0
-    for row, height in zip(rows, heights):
-        x = 0
-        for image, width in zip(row, widths):
-            canvas[y : y + image.shape[0], x : x + image.shape[1]] = image
-            x += width + gap
-        y += height + gap
-    return canvas
+def padded_batch(images):
+    """RGB arrays padded with white (right and bottom) to one size, stacked: `(count, height, width, 3)`.
+
+    What one image summary of several samples takes (TensorBoard's card then
+    shows one sample at a time, picked by its slider).
+
+    Example:
+    >>> batch = padded_batch([np.zeros((4, 5, 3), "uint8"), np.zeros((6, 3, 3), "uint8")])
+    >>> batch.shape, int(batch[1, 0, 4, 0])
+    ((2, 6, 5, 3), 255)
+    """
+    height = max(image.shape[0] for image in images)
+    width = max(image.shape[1] for image in images)
+    batch = np.full((len(images), height, width, 3), 255, "uint8")
+    for sample, image in zip(batch, images):
+        sample[: image.shape[0], : image.shape[1]] = image
+    return batch
+
+
+def _width(draw, text, text_font):
+    left, _, right, _ = draw.textbbox((0, 0), text, font=text_font)
+    return right - left
+
+
+def _line_height(draw, text_font):
+    # From the pen position down to the lowest descender: the same for every text of a font.
+    return draw.textbbox((0, 0), "Hgjy[]", font=text_font)[3]
+
+
+def _write(draw, xy, text, text_font, fill, align="left", centred_on_y=False):
+    """Writes `text` with its left, centre or right at `x`, and its line's top (or middle) at `y`."""
+    x, y = xy
+    left, _, right, _ = draw.textbbox((0, 0), text, font=text_font)
+    x -= left if align == "left" else (left + right) // 2 if align == "centre" else right
+    if centred_on_y:
+        # Centred on the capitals' height, so labels of one row share a baseline whatever their letters.
+        _, capital_top, _, baseline = draw.textbbox((0, 0), "H", font=text_font)
+        y -= (capital_top + baseline) // 2
+    draw.text((x, y), text, fill=fill, font=text_font)
+
+
+def _upwards(text, text_font, line_height, fill):
+    """`text` on white, rotated to run upwards."""
+    from PIL import Image, ImageDraw
+
+    draw = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    strip = Image.new("RGB", (_width(draw, text, text_font) + 2, line_height), _WHITE)
+    _write(ImageDraw.Draw(strip), (1, 0), text, text_font, fill)
+    return strip.rotate(90, expand=True)

@@ -9,9 +9,9 @@ class LearningRateLogger(keras.callbacks.Callback):
 
     Keras hands one logs dict down the callback list, so callbacks after this
     one see the learning rate too: put it before `TensorBoard` to get a
-    `batch_learning_rate` curve next to `batch_loss` (Keras' TensorBoard only
-    writes `epoch_learning_rate` by itself), and `History` records it per
-    epoch.
+    `steps/learning_rate` curve next to `steps/loss_running_mean` (Keras'
+    TensorBoard only writes the learning rate of each epoch by itself), and
+    `History` records it per epoch.
 
     The value is the optimizer's current learning rate: a schedule evaluated at
     `optimizer.iterations`, or the plain rate. At the end of batch `i` of a

@@ -39,16 +39,21 @@ def texts(run_dir):
 
 
 def images(run_dir):
-    """{tag: {step: uint8 array (height, width, channels)}} of the run's image summaries."""
+    """{tag: {step: uint8 array}} of the run's image summaries.
+
+    An array is `(height, width, channels)` for a summary of one image, and
+    `(samples, height, width, channels)` for one of several (all of one size).
+    """
 
     def decode(array):
         from PIL import Image
 
-        # An image summary holds [width, height, png...] as strings.
-        width, height, png = int(array[0]), int(array[1]), array[2]
-        image = np.asarray(Image.open(io.BytesIO(png)))
-        assert image.shape[:2] == (height, width)
-        return image
+        # An image summary holds [width, height, png, png...] as strings.
+        width, height, pngs = int(array[0]), int(array[1]), array[2:]
+        samples = [np.asarray(Image.open(io.BytesIO(png))) for png in pngs]
+        for image in samples:
+            assert image.shape[:2] == (height, width)
+        return samples[0] if len(samples) == 1 else np.stack(samples)
 
     return _by_plugin(run_dir, "images", decode)
 
@@ -61,9 +66,11 @@ def plugin_tags(run_dir, plugin):
 def hparams_sessions(log_dir):
     """What TensorBoard's HParams dashboard lists for `log_dir`, from its own backend.
 
-    Returns `{session name: {"hparams": {name: value}, "metrics": {tag: value}}}`;
-    a metric tag is prefixed with its group (`validation/epoch_loss`) when it
-    comes from a run below the session's.
+    Returns `{session name: {"group": the row's name, "hparams": {name: value},
+    "metrics": {tag: value}}}`, in the order of the rows; a metric tag is
+    prefixed with its group (`validation/epoch/loss`) when it comes from a
+    run below the session's, and the metrics are in the order the dashboard
+    lists them (it shows the first five).
     """
     from tensorboard import context
     from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
@@ -93,5 +100,5 @@ def hparams_sessions(log_dir):
         for session in group.sessions:
             metrics = {"/".join(filter(None, [m.name.group, m.name.tag])): m.value
                        for m in session.metric_values}
-            sessions[session.name] = {"hparams": hparams, "metrics": metrics}
+            sessions[session.name] = {"group": group.name, "hparams": hparams, "metrics": metrics}
     return sessions

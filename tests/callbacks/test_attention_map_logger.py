@@ -5,7 +5,9 @@ import tensorflow as tf
 
 import kbert
 from kbert.callbacks import AttentionMapLogger, attention_scores
+from kbert.callbacks.images import CARD_WIDTH, MARGIN, TITLE_FONT_SIZE, colour_map, format_range
 from tests.callbacks.event_files import images
+from tests.callbacks.test_images import contains, count, dark, rendered, text_width
 from tests.models.test_pretrainer import pretraining_batch, tiny_pretrainer
 from tests.test_case import TINY_VOCABULARY, numpy, tiny_encoder_kwargs
 
@@ -64,11 +66,54 @@ def test_the_logger_draws_every_block_during_fit(tmp_path):
               callbacks=[logger])
 
     written = images(tmp_path / "train")
-    assert sorted(written) == ["attention/layer_0", "attention/layer_1"]
-    assert sorted(written["attention/layer_0"]) == [2, 4]  # steps 2 and 4, the last once
-    # The last images are the drawings of the final model's scores.
-    for tag, image in logger.images().items():
-        np.testing.assert_array_equal(written[tag][4], image)
+    assert sorted(written) == ["self_attention/layer_0", "self_attention/layer_1"]
+    assert sorted(written["self_attention/layer_0"]) == [2, 4]  # steps 2 and 4, the last once
+    # The last images are the drawings of the final model's scores: per block one sample per head.
+    for tag, heads in logger.images().items():
+        assert heads.dtype == np.uint8 and heads.shape[0] == 2 and heads.shape[-1] == 3
+        np.testing.assert_array_equal(written[tag][4], heads)
+
+
+def test_each_head_is_one_image_with_its_own_colour_scale(tmp_path):
+    keras.utils.set_random_seed(0)
+    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+    for layer in encoder.transformer_layers:
+        # Head 0 sharpened (larger queries); head 1 attends almost evenly, as untrained heads do.
+        query = layer._self_attention_layer._query_dense.kernel
+        query.assign(keras.ops.convert_to_numpy(query) * np.array([20.0, 1.0])[None, :, None])
+    logger = AttentionMapLogger(tmp_path, "the cats sat", vocabulary=TINY_VOCABULARY)
+    tokens, scores = logger.attention(encoder)
+    drawn = logger.images(encoder)
+    assert sorted(drawn) == ["self_attention/layer_0", "self_attention/layer_1"]
+    for number, (layer_scores, heads) in enumerate(zip(scores, drawn.values())):
+        # Two heads, two samples of one size, each as wide as TensorBoard's card.
+        assert heads.shape[0] == 2 and heads.shape[2] >= CARD_WIDTH
+        ranges = [format_range(float(head.min()), float(head.max())) for head in layer_scores]
+        assert ranges[0] != ranges[1]
+        for h, image in enumerate(heads):
+            # Coloured on its own range, a head's least attended cell is the lightest colour and its
+            # most the darkest, even where it attends almost evenly (a cell is at least 14 x 14
+            # pixels; the colour bar has only a few of either).
+            assert count(image, colour_map(0.0)) >= 14 * 14 and count(image, colour_map(1.0)) >= 14 * 14
+            # Six tokens: large cells, text at full size; the bar's ends are this head's numbers.
+            low, high = ranges[h]
+            assert contains(image, rendered(low)) and contains(image, rendered(high))
+            title = f"layer {number}, head {h}"
+            assert contains(image, rendered(title)) and text_width(title) <= image.shape[1] - 2 * MARGIN
+            for token in tokens:
+                assert contains(image, rendered(token, TITLE_FONT_SIZE))
+            assert not dark(image[:, -MARGIN:]).any()
+
+
+def test_long_tokens_widen_the_image_and_every_head_has_one_size(tmp_path):
+    vocabulary = TINY_VOCABULARY + ["extraordinarily"]
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(vocabulary_size=len(vocabulary)))
+    short = AttentionMapLogger(tmp_path, "the cat", vocabulary=vocabulary).images(encoder)
+    long = AttentionMapLogger(tmp_path, "extraordinarily the cat", vocabulary=vocabulary).images(encoder)
+    for tag, heads in long.items():
+        assert heads.shape[0] == 2 and heads.shape[2] > short[tag].shape[2]
+        # Cut to 13 letters and an ellipsis, written whole on its row.
+        assert all(contains(image, rendered("extraordinari…")) for image in heads)
 
 
 def test_a_task_model_tokenizes_with_its_preprocessor(tmp_path):

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import kbert.callbacks
 from kbert.callbacks import BackupAndRestore, LearningRateLogger, ModelCheckpoint, TensorBoard
+from kbert.callbacks.tensorboard import step_tag
 from kbert.optimization import WarmupLinearDecay
 from tests.callbacks.conftest import BATCHES_PER_EPOCH, fit, tiny_data, tiny_model
 
@@ -45,15 +46,15 @@ def test_tensorboard_gets_losses_metrics_and_learning_rate(tmp_path):
 
     train = scalars(tmp_path / "tensorboard" / "train")
     for tag in ["loss", "accuracy", "learning_rate"]:
-        assert set(train[f"epoch_{tag}"]) == {0, 1}
-        assert set(train[f"batch_{tag}"]) == set(range(2, 2 * BATCHES_PER_EPOCH + 1, 2))
+        assert set(train[f"epoch/{tag}"]) == {0, 1}
+        assert set(train[step_tag(tag)]) == set(range(2, 2 * BATCHES_PER_EPOCH + 1, 2))
     schedule = WarmupLinearDecay(1e-3, total_steps=2 * BATCHES_PER_EPOCH)
-    for step, rate in train["batch_learning_rate"].items():
+    for step, rate in train["steps/learning_rate"].items():
         np.testing.assert_allclose(rate, float(schedule(step)), rtol=1e-6)
-    np.testing.assert_allclose(train["epoch_loss"][1], history.history["loss"][1], rtol=1e-6)
+    np.testing.assert_allclose(train["epoch/loss"][1], history.history["loss"][1], rtol=1e-6)
 
     validation = scalars(tmp_path / "tensorboard" / "validation")
-    assert {"epoch_loss", "epoch_accuracy"} <= set(validation)
+    assert {"epoch/loss", "epoch/accuracy"} <= set(validation)
     assert history.history["learning_rate"][1] == 0.0  # History sees the logger too.
     names = sorted(os.listdir(tmp_path / "checkpoints"))
     assert names == ["epoch-001.keras", "epoch-002.keras"]
@@ -66,5 +67,5 @@ def test_batch_summaries_continue_across_fit_calls(tmp_path):
     model = tiny_model()
     for _ in range(2):
         fit(model, [LearningRateLogger(), TensorBoard(str(tmp_path), update_freq=1)], epochs=1)
-    steps = scalars(tmp_path / "train")["batch_loss"]
+    steps = scalars(tmp_path / "train")["steps/loss_running_mean"]
     assert sorted(steps) == list(range(1, 2 * BATCHES_PER_EPOCH + 1))

@@ -133,7 +133,7 @@ def test_fit_predicts_once_logs_the_loss_parts_and_fits_its_schedule(teacher, tm
     for run, prefix in [("train", ""), ("validation", "val_")]:
         scalars = event_files.scalars(tmp_path / run)
         for name in parts:
-            logged = scalars[f"epoch_{name}"]
+            logged = scalars[f"epoch/{name}"]
             assert_allclose([logged[step] for step in range(3)], history[prefix + name], rtol=1e-6)
     # Validation has labels for all its examples: its loss is the weighted sum of its parts.
     assert_allclose(
