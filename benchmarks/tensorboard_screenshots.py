@@ -73,7 +73,15 @@ def tensorboard(log_dir):
             if time.monotonic() > deadline or server.poll() is not None:
                 raise RuntimeError("TensorBoard did not start")
             time.sleep(0.5)
-        time.sleep(5)  # the projector decides in the background whether it has data
+        # The Projector decides in the background whether it has data: asked once, it lists
+        # itself as inactive until that is done, and the page would show it so.
+        while True:
+            with urllib.request.urlopen(f"{address}/data/plugins_listing", timeout=10) as response:
+                if json.loads(response.read()).get("projector", {}).get("enabled"):
+                    break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         yield address
     finally:
         server.terminate()

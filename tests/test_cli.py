@@ -390,7 +390,7 @@ def test_distill_then_prune_then_export_a_student(tmp_path, capsys):
     assert metrics["examples"] == 40 and metrics["parameters"] < metrics["teacher_parameters"]
     assert kbert.load_model(str(student / "model.keras")).encoder.num_layers == 1
     logged = scalars(student / "tensorboard" / "distill" / "train")
-    assert {"epoch_label_loss", "epoch_distillation_loss"} <= set(logged)
+    assert {"epoch/label_loss", "epoch/distillation_loss"} <= set(logged)
     assert "parameters" in capsys.readouterr().out
 
     pruned = tmp_path / "pruned"

@@ -64,7 +64,8 @@ class MagnitudePruning(KeepSparsity):
 
     The log key `sparsity` (the fraction of prunable weights that are 0)
     reaches the progress bar, `History` and TensorBoard (as
-    `epoch_sparsity`). A kbert model's `fit` puts this callback before the
+    `epoch/sparsity` with `kbert.callbacks.TensorBoard`, `epoch_sparsity`
+    with Keras'). A kbert model's `fit` puts this callback before the
     others; with another model, list it before `keras.callbacks.TensorBoard`.
 
     Args:
