@@ -288,7 +288,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
             log_dir, (validation_x, validation_y), batch_size=batch_size
         ))
         callbacks.append(kbert.callbacks.AttentionMapLogger(
-            log_dir, _first_text(validation_x), sequence_length=sequence_length or info.sequence_length
+            log_dir, _first_text(validation_x), sequence_length=settings["sequence_length"]
         ))
     start = time.time()
     history = model.fit(
