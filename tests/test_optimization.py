@@ -133,3 +133,50 @@ def test_compile_takes_a_zero_learning_rate_as_given_not_as_the_default():
     model.compile(learning_rate=None)  # the default for the encoder's width
     assert model.optimizer._learning_rate.peak_learning_rate == pytest.approx(
         kbert.optimization.default_learning_rate(16))
+
+
+@pytest.mark.tensorflow_backend  # JAX and PyTorch build the optimizer before their first step themselves
+@pytest.mark.parametrize("task", ["classifier", "layerwise-distiller"])
+def test_fit_traces_the_training_step_once_and_frees_it_with_the_model(task):
+    import gc
+    import weakref
+
+    from tensorflow.python.framework.func_graph import FuncGraph
+
+    from tests.test_case import TINY_VOCABULARY
+
+    def live_graphs():
+        gc.collect()
+        return sum(isinstance(o, FuncGraph) for o in gc.get_objects())
+
+    before = live_graphs()
+    packer = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=8)
+    if task == "classifier":
+        model = kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2,
+                                 preprocessor=kbert.ClassifierPreprocessor(packer, num_classes=2))
+        model.compile()
+    else:
+        model = kbert.LayerwiseDistiller(kbert.Encoder(**tiny_encoder_kwargs()),
+                                         kbert.Encoder(**tiny_encoder_kwargs()), preprocessor=packer)
+    traces = []
+    train_step = model.train_step
+
+    def counted_train_step(*args):
+        traces.append(1)  # in graph mode the step's Python runs only while it is traced
+        return train_step(*args)
+
+    model.train_step = counted_train_step
+    if task == "classifier":
+        model.fit(["the cat", "a dog"], [0, 1], batch_size=2, epochs=2, verbose=0)
+    else:
+        model.fit(["the cat", "a dog"], batch_size=2, epochs=2, verbose=0)
+    # Optimizer variables made inside the trace would make TensorFlow trace the step twice.
+    assert len(traces) == 1
+    assert model.optimizer.built
+    gone = weakref.ref(model)
+    del model, train_step, counted_train_step
+    keras.backend.clear_session(free_memory=True)
+    assert gone() is None
+    # TensorFlow itself keeps one graph of a fit; each optimizer variable made in
+    # the trace would keep a graph of its own (132 for this tiny encoder).
+    assert live_graphs() - before <= 1

@@ -14,6 +14,7 @@ from kbert.models.encoder import Encoder, bert_initializer
 from kbert.optimization import (
     batches_trained,
     bert_adamw,
+    build_before_first_step,
     default_learning_rate,
     start_schedule_window,
     with_loss_scaling,
@@ -312,6 +313,7 @@ class LayerwiseDistiller(SavesAtomically, keras.Model):
         steps = steps_per_epoch or known_steps(dataset, batch_size)
         total = None if steps is None else steps * max(epochs - initial_epoch, 1)
         start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
+        build_before_first_step(self)
         return super().fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
                            validation_data=validation_data, initial_epoch=initial_epoch,
                            shuffle=False, **kwargs)
