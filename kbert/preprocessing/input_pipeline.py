@@ -1,6 +1,7 @@
 """The `tf.data` input pipeline of kbert's task models: raw examples to batches of model inputs."""
 
 import math
+import weakref
 
 import tensorflow as tf
 
@@ -108,13 +109,7 @@ def _model_input_batches(preprocessor, batches, batch_size, examples=None, group
                          seed=None):
     """Batches of raw examples through the forward step, padded, counted and prefetched."""
 
-    # Preprocessing has no Python control flow on tensors: skipping AutoGraph's
-    # conversion makes tracing faster.
-    @tf.autograph.experimental.do_not_convert
-    def forward(*batch):
-        return preprocessor.forward_batch(*batch)
-
-    mapped = batches.map(forward, num_parallel_calls=tf.data.AUTOTUNE)
+    mapped = batches.map(forward_function(preprocessor), num_parallel_calls=tf.data.AUTOTUNE)
     if preprocessor.pads_to_longest:
         mapped = mapped.map(cut_padding, num_parallel_calls=tf.data.AUTOTUNE)
     if examples is not None and examples.output_count != examples.count:
@@ -129,6 +124,32 @@ def _model_input_batches(preprocessor, batches, batch_size, examples=None, group
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return mapped.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+_FORWARD_FUNCTIONS = weakref.WeakKeyDictionary()
+
+
+def forward_function(preprocessor):
+    """`preprocessor.forward_batch` as a `tf.function`, one per preprocessor.
+
+    `tf.data` traces what it maps anew for every dataset, and instantiates
+    it for every iterator: for a task preprocessor's graph (tokenizing,
+    packing, targets) that is most of a second, paid by every `fit`,
+    `evaluate` and `predict` call. Mapping the same `tf.function` traces it
+    once per batch structure; each dataset then traces only a call to it.
+    """
+    function = _FORWARD_FUNCTIONS.get(preprocessor)
+    if function is None:
+        # Preprocessing has no Python control flow on tensors: skipping
+        # AutoGraph's conversion makes tracing faster.
+        owner = weakref.ref(preprocessor)  # the function must not keep its preprocessor alive
+
+        def forward(*batch):
+            return owner().forward_batch(*batch)
+
+        function = tf.function(forward, autograph=False)
+        _FORWARD_FUNCTIONS[preprocessor] = function
+    return function
 
 
 def padded_length(longest, compiles_each_shape=COMPILES_EACH_SHAPE):

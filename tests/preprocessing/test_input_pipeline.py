@@ -91,3 +91,28 @@ def test_cut_padding_keeps_an_empty_request_valid():
     assert [padded_length(n, compiles_each_shape=False) for n in (1, 8, 9, 17)] == [8, 8, 16, 24]
     # Where each width compiles a step (JAX): powers of two.
     assert [int(padded_length(n, compiles_each_shape=True)) for n in (1, 8, 9, 17, 64, 65)] == [8, 8, 16, 32, 64, 128]
+
+
+def test_the_forward_step_is_traced_once_per_batch_structure_and_not_kept_alive():
+    import gc
+    import weakref
+
+    preprocessor = classifier_preprocessor()
+    traces = []
+    forward_batch = preprocessor.forward_batch
+
+    def counted(*batch):
+        traces.append(len(batch))  # a traced function's Python runs only while it is traced
+        return forward_batch(*batch)
+
+    preprocessor.forward_batch = counted
+    first = [labels.numpy().tolist() for _, labels in kbert.data.task_dataset(preprocessor, TEXTS, LABELS)]
+    again = [labels.numpy().tolist() for _, labels in kbert.data.task_dataset(preprocessor, TEXTS, LABELS)]
+    assert first == again == [LABELS]
+    list(kbert.data.task_dataset(preprocessor, TEXTS))  # texts alone: another structure
+    list(kbert.data.task_dataset(preprocessor, TEXTS, batch_size=2))
+    assert traces == [2, 1]
+    gone = weakref.ref(preprocessor)
+    del preprocessor, counted, forward_batch
+    gc.collect()
+    assert gone() is None
