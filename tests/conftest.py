@@ -2,7 +2,8 @@
 
 A group runs whole on one worker, so a fixture is built once per group:
 - a folder whose conftest builds costly session fixtures is one group
-  (tests/serving exports six models once);
+  (tests/serving exports six models once; tests/backend runs each other
+  backend's jobs in one process);
 - each tutorial is a group of its own (they share nothing and are the
   longest tests, so they spread over the workers);
 - any other module is one group, so its module fixtures are built once.
@@ -41,7 +42,7 @@ os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 # `import kbert` gives users (TensorFlow's oneDNN kernels on).
 import kbert  # noqa: E402, F401
 
-FOLDER_GROUPS = ("serving", "checkpoints")
+FOLDER_GROUPS = ("serving", "checkpoints", "backend")
 
 # Tests whose model alone takes gigabytes (BERT-large: 1.3 GB of weights, 2 GB
 # while it is built): each runs in a pytest process of its own, so that memory

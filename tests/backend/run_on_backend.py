@@ -1,8 +1,10 @@
-"""Jobs of the cross-backend tests, each in a process of its own on the backend its test names.
+"""Jobs of the cross-backend tests, in a process of its own on the backend the tests name.
 
-    KERAS_BACKEND=jax python run_on_backend.py JOB FOLDER
+    KERAS_BACKEND=jax python run_on_backend.py JOB[,JOB...] FOLDER
 
-`FOLDER` holds what the test prepared and gets what the job writes:
+The jobs run one after the other in that process (its start-up, seconds,
+is paid once). `FOLDER` holds what the tests prepared and gets what the
+jobs write:
 
 - `outputs`: every `encoder*.keras` in FOLDER, run on `inputs.npz`; the
   outputs go to `outputs-<backend>.npz` (`<file>/<output>`);
@@ -19,7 +21,8 @@
 - `data_parallel`: a tiny classifier trained on token ids, on one device and
   then under `keras.distribution.DataParallel` over the devices JAX has
   (`XLA_FLAGS=--xla_force_host_platform_device_count=2` on a CPU); the
-  losses and the weights' devices go to `data-parallel.json`.
+  losses and the weights' devices go to `data-parallel.json`. It sets
+  Keras' distribution for the rest of the process: it goes last.
 """
 
 import importlib.abc
@@ -184,7 +187,10 @@ def data_parallel(folder, backend):
         json.dump(runs, file)
 
 
+JOBS = {job.__name__: job for job in (outputs, train_steps, fine_tune, without_tensorflow, data_parallel)}
+
 if __name__ == "__main__":
-    job, folder = sys.argv[1:3]
+    jobs, folder = sys.argv[1:3]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    globals()[job](folder, os.environ["KERAS_BACKEND"])
+    for job in jobs.split(","):
+        JOBS[job](folder, os.environ["KERAS_BACKEND"])

@@ -15,16 +15,16 @@ import tensorflow as tf
 
 import kbert
 from tests.backend.run_on_backend import TEXTS
-from tests.backend.test_across_backends import OTHER_BACKENDS, run
+from tests.backend.backend_runs import OTHER_BACKENDS
 
 pytestmark = pytest.mark.tensorflow_backend  # where the models arrive
 
 
 @pytest.mark.parametrize("backend", OTHER_BACKENDS)
-def test_a_model_trained_on_another_backend_loads_here_and_its_export_serves(tmp_path, backend):
+def test_a_model_trained_on_another_backend_loads_here_and_its_export_serves(backend_runs, backend):
     """Fine-tuned on raw text on JAX or PyTorch: the `.keras` file predicts the same here, and the
     export made there (through a TensorFlow process) serves the same answers in a fresh process."""
-    run("fine_tune", tmp_path, backend)
+    tmp_path, _ = backend_runs
     expected = np.load(tmp_path / f"predictions-{backend}.npz")["probabilities"]
     model = kbert.load_model(str(tmp_path / f"model-{backend}.keras"))
     np.testing.assert_allclose(model.predict_proba(TEXTS, verbose=0), expected, atol=1e-5)
