@@ -313,8 +313,8 @@ class MultiWorkerFit:
     can tell the chief from the other workers (`is_chief()`). Under any
     strategy, an optimizer with `gradient_accumulation_steps` is refused up
     front: Keras 3.15's accumulation fails there, deep inside the first step.
-    On TensorFlow, `fit` builds the optimizer before the first step is
-    traced (`kbert.optimization.build_before_first_step`).
+    `fit` also builds the optimizer, metrics and losses before the first
+    step is traced (`kbert.backend.build_before_first_step`).
 
     Everything else (the step, the loss scaling by the number of replicas,
     the all-reduce of the gradients, callbacks) is Keras' own. A test fails
@@ -337,9 +337,9 @@ class MultiWorkerFit:
                 "a cross-replica call inside a conditional, which TensorFlow refuses); compile "
                 "without gradient_accumulation_steps, or train outside the strategy's scope."
             )
-        from kbert.optimization import build_before_first_step
+        from kbert.backend import build_before_first_step
 
-        build_before_first_step(self)
+        build_before_first_step(self, args[0] if args else kwargs.get("x"))
         if not is_multi_worker(model_strategy(self)):
             return super().fit(*args, **kwargs)
         # Inside the scope, callbacks know this process' role (`is_chief()`).

@@ -129,25 +129,6 @@ def batches_trained(optimizer):
     return int(keras.ops.convert_to_numpy(optimizer.iterations if counter is None else counter))
 
 
-def build_before_first_step(model):
-    """Creates `model.optimizer`'s variables now, before `fit` traces the training step.
-
-    Keras on TensorFlow, without a distribution strategy, builds the
-    optimizer while it traces the first step. Variables made inside a trace
-    make TensorFlow trace the step a second time, and the graphs of both
-    traces stay in memory after the model is gone (about 30 MB for a tiny
-    BERT, more for larger ones): a process that trains several models, a
-    notebook or a search over settings, grows with each. Built here, the
-    step is traced once and freed with its model. Other backends build the
-    optimizer before their first step already.
-    """
-    optimizer = getattr(model, "optimizer", None)
-    if keras.config.backend() != "tensorflow" or optimizer is None or optimizer.built or not model.built:
-        return
-    with model.distribute_strategy.scope():
-        optimizer.build(model.trainable_variables)
-
-
 @keras.saving.register_keras_serializable(package="kbert")
 class BertAdamW(AdamW):
     """AdamW as BERT fine-tunes: no weight decay on biases and LayerNorm.

@@ -135,9 +135,9 @@ def test_compile_takes_a_zero_learning_rate_as_given_not_as_the_default():
         kbert.optimization.default_learning_rate(16))
 
 
-@pytest.mark.tensorflow_backend  # JAX and PyTorch build the optimizer before their first step themselves
-@pytest.mark.parametrize("task", ["classifier", "layerwise-distiller"])
-def test_fit_traces_the_training_step_once_and_frees_it_with_the_model(task):
+@pytest.mark.tensorflow_backend  # JAX and PyTorch build the optimizer, metrics and losses first themselves
+@pytest.mark.parametrize("task", ["classifier", "pretrainer", "layerwise-distiller"])
+def test_fit_traces_the_training_step_once_and_frees_it_with_the_model(task, tmp_path):
     import gc
     import weakref
 
@@ -155,6 +155,13 @@ def test_fit_traces_the_training_step_once_and_frees_it_with_the_model(task):
         model = kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2,
                                  preprocessor=kbert.ClassifierPreprocessor(packer, num_classes=2))
         model.compile()
+    elif task == "pretrainer":  # two outputs: a loss tracker for each, made while tracing
+        model = kbert.Pretrainer(kbert.Encoder(**tiny_encoder_kwargs()))
+        model.compile()
+        for i in range(2):
+            (tmp_path / f"doc{i}.txt").write_text("the cat sat on the mat .\na dog sat .\n" * 3)
+        data = kbert.pretraining_dataset(str(tmp_path / "*.txt"), vocabulary=TINY_VOCABULARY,
+                                         sequence_length=12, batch_size=2, seed=0, verbose=False)
     else:
         model = kbert.LayerwiseDistiller(kbert.Encoder(**tiny_encoder_kwargs()),
                                          kbert.Encoder(**tiny_encoder_kwargs()), preprocessor=packer)
@@ -168,6 +175,9 @@ def test_fit_traces_the_training_step_once_and_frees_it_with_the_model(task):
     model.train_step = counted_train_step
     if task == "classifier":
         model.fit(["the cat", "a dog"], [0, 1], batch_size=2, epochs=2, verbose=0)
+    elif task == "pretrainer":
+        model.fit(data, epochs=2, verbose=0)
+        del data
     else:
         model.fit(["the cat", "a dog"], batch_size=2, epochs=2, verbose=0)
     # Optimizer variables made inside the trace would make TensorFlow trace the step twice.

@@ -12,6 +12,7 @@ three:
 | `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad` | `torch.autograd.grad` |
 | `COMPILES_EACH_SHAPE` (batches padded to few widths) | no: one graph for all widths | yes: XLA compiles each | no: eager |
 | `random_state`, `restore_random_state` (kept by backups) | none: Keras' seed generators | none: Keras' seed generators | PyTorch's generators, which its dropout draws from |
+| `build_before_first_step` (optimizer, metrics and losses before `fit` traces its step) | built from the data's shapes: one trace, freed with the model | nothing: Keras builds them first | nothing: Keras builds them first |
 
 Each backend's module gives these names; this module re-exports the ones of
 the backend Keras runs on. Each fast path is tested equal to the portable
@@ -26,6 +27,7 @@ if BACKEND == "tensorflow":
     from kbert.backend.tensorflow import (
         COMPILES_EACH_SHAPE,
         AdamW,
+        build_before_first_step,
         gradient_function,
         random_state,
         restore_random_state,
@@ -35,6 +37,7 @@ elif BACKEND == "jax":
     from kbert.backend.jax import (
         COMPILES_EACH_SHAPE,
         AdamW,
+        build_before_first_step,
         gradient_function,
         random_state,
         restore_random_state,
@@ -44,6 +47,7 @@ elif BACKEND == "torch":
     from kbert.backend.torch import (
         COMPILES_EACH_SHAPE,
         AdamW,
+        build_before_first_step,
         gradient_function,
         random_state,
         restore_random_state,
@@ -79,6 +83,7 @@ __all__ = [
     "COMPILES_EACH_SHAPE",
     "AdamW",
     "LayersBeforeInit",
+    "build_before_first_step",
     "gradient_function",
     "random_state",
     "restore_random_state",

@@ -7,7 +7,11 @@ import jax.numpy as jnp
 import keras
 
 from kbert.backend import portable
-from kbert.backend.portable import random_state, restore_random_state  # noqa: F401 (the seam's)
+from kbert.backend.portable import (  # noqa: F401 (the seam's)
+    build_before_first_step,
+    random_state,
+    restore_random_state,
+)
 
 # XLA compiles the step for each batch shape: batches are padded to few widths.
 COMPILES_EACH_SHAPE = True

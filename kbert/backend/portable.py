@@ -92,3 +92,11 @@ def random_state():
 
 def restore_random_state(state):
     """Puts back what `random_state` gave (nothing to do here)."""
+
+
+def build_before_first_step(model, data=None):
+    """Creates the state `fit` trains before its first step: nothing to do here (JAX, PyTorch).
+
+    Keras on these backends builds the optimizer, metrics and losses before
+    it compiles or runs the first step.
+    """

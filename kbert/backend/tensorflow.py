@@ -126,3 +126,30 @@ def gradient_function(loss, variables):
         return tape.gradient(value, variables)
 
     return gradients
+
+
+def build_before_first_step(model, data=None):
+    """Creates the optimizer's variables, and the metrics' and losses' for `data`, before `fit` traces its step.
+
+    Keras on TensorFlow, without a distribution strategy, creates them while
+    it traces the first training step. Variables made inside a trace make
+    TensorFlow trace the step a second time (seconds for BERT-base), and the
+    graphs of those traces stay in memory after the model is gone (about
+    30 MB for a tiny BERT, more for larger ones): a process that trains
+    several models, a notebook or a search over settings, grows with each.
+    Built here, the step is traced once and freed with its model. A
+    `tf.data.Dataset` tells the shapes the metrics and losses are built
+    for, as Keras does itself under a strategy; for other data only the
+    optimizer is built.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not model.built:
+        return
+    with model.distribute_strategy.scope():
+        spec = getattr(data, "element_spec", None)
+        if isinstance(data, tf.data.Dataset) and all(
+            isinstance(leaf, tf.TensorSpec) for leaf in tf.nest.flatten(spec)
+        ):
+            model._symbolic_build(data_batch=spec)  # Keras' own build, on the batches' shapes
+        elif not optimizer.built:
+            optimizer.build(model.trainable_variables)

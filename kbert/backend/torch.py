@@ -6,6 +6,7 @@ import keras
 import torch
 
 from kbert.backend import portable
+from kbert.backend.portable import build_before_first_step  # noqa: F401 (the seam's)
 
 # PyTorch runs eagerly: a batch of any width costs no compilation.
 COMPILES_EACH_SHAPE = False

@@ -3,6 +3,7 @@
 import keras
 
 from kbert.atomic_files import SavesAtomically
+from kbert.backend import build_before_first_step
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
     check_layer_map,
@@ -14,7 +15,6 @@ from kbert.models.encoder import Encoder, bert_initializer
 from kbert.optimization import (
     batches_trained,
     bert_adamw,
-    build_before_first_step,
     default_learning_rate,
     start_schedule_window,
     with_loss_scaling,
@@ -313,7 +313,7 @@ class LayerwiseDistiller(SavesAtomically, keras.Model):
         steps = steps_per_epoch or known_steps(dataset, batch_size)
         total = None if steps is None else steps * max(epochs - initial_epoch, 1)
         start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
-        build_before_first_step(self)
+        build_before_first_step(self, dataset)
         return super().fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
                            validation_data=validation_data, initial_epoch=initial_epoch,
                            shuffle=False, **kwargs)
