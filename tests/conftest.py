@@ -52,8 +52,6 @@ OWN_PROCESS = {
 }
 IN_OWN_PROCESS = "KBERT_TEST_IN_OWN_PROCESS"  # set in that process
 
-rss_at_setup = pytest.StashKey[float]()
-
 
 def xdist_group_of(item):
     parts = item.nodeid.split("::")[0].split("/")
@@ -120,21 +118,25 @@ malloc_trim = _malloc_trim()
 COLLECT_AFTER_MB = 100
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    item.stash[rss_at_setup] = current_mb()
+collected_at_mb = 0.0  # resident memory after the last collection of ours
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     # After the test's fixtures are gone. A model lives in reference cycles
     # that Python's collector, which counts objects, not bytes, may not look
-    # at for a while: a test that grew memory by 100 MB gets them collected
-    # now. Then freed memory goes from the C heap back to the system (a few
-    # milliseconds).
-    if current_mb() - item.stash.get(rss_at_setup, 0.0) > COLLECT_AFTER_MB:
+    # at for a while: once memory has grown by 100 MB since the last
+    # collection here (in one test or over several), they are collected now.
+    # A collection walks every object of the process (most of a second late
+    # in a run), so small tests do not each pay for one. Then freed memory
+    # goes from the C heap back to the system (a few milliseconds).
+    global collected_at_mb
+    if current_mb() - collected_at_mb > COLLECT_AFTER_MB:
         gc.collect()
-    malloc_trim(0)
+        malloc_trim(0)
+        collected_at_mb = current_mb()
+    else:
+        malloc_trim(0)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -143,13 +145,15 @@ def release_memory():
 
     What a module no longer holds goes (its module fixtures are torn down
     before this one); what is still held stays (a folder group's session
-    fixtures). TensorFlow itself keeps some graphs of each `fit` (those
-    of optimizer variables created in the first step).
+    fixtures). TensorFlow itself keeps a graph of each model's training
+    step (kbert builds the optimizer, metrics and losses before the step is
+    traced, so that it is one graph, not two and one per variable).
     """
     yield
     import keras
 
-    keras.backend.clear_session(free_memory=True)
+    global collected_at_mb
+    keras.backend.clear_session(free_memory=False)
     if keras.config.backend() == "jax":
         import jax
 
@@ -157,3 +161,4 @@ def release_memory():
         jax.clear_caches()
     gc.collect()
     malloc_trim(0)
+    collected_at_mb = current_mb()

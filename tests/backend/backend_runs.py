@@ -24,8 +24,10 @@ SHARED_JOBS = {
     "jax": ("outputs", "train_steps", "fine_tune", "data_parallel"),
     "torch": ("outputs", "train_steps", "fine_tune"),
 }
-# JAX's CPU platform as two devices, for `data_parallel` (the other jobs use the first).
-JAX_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+# JAX's CPU platform as two devices, for `data_parallel` (the other jobs use the first),
+# beside the XLA flags of the run (`make test` sets some).
+JAX_DEVICES = {"XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS"),
+                                                   "--xla_force_host_platform_device_count=2"]))}
 
 
 def run(jobs, folder, backend, **environment):
