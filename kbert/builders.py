@@ -47,11 +47,13 @@ def build_encoder_and_preprocessor(
                 f"The checkpoint {encoder!r} brings its own vocabulary; do not give `vocabulary`."
             )
         dropout = encoder_kwargs.pop("dropout", None)
+        attention_dropout = encoder_kwargs.pop("attention_dropout", None)
         if encoder_kwargs:
             raise ValueError(
                 f"A pretrained checkpoint's shape is fixed; {sorted(encoder_kwargs)} cannot change it."
             )
-        encoder, tokenizer = load_pretrained(checkpoint, dropout=dropout, dtype=dtype)
+        encoder, tokenizer = load_pretrained(checkpoint, dropout=dropout, dtype=dtype,
+                                             attention_dropout=attention_dropout)
         dtype = None
         if preprocessor is None:
             if sequence_length > encoder.max_sequence_length:

@@ -88,7 +88,7 @@ def _pretrain(args):
     )
     sequence_length = data.element_spec[0]["token_ids"].shape[1]
     keras.utils.set_random_seed(args.seed)
-    overrides = {name: getattr(args, name) for name in ("embedding_size", "num_groups")
+    overrides = {name: getattr(args, name) for name in ("embedding_size", "num_groups", "attention_dropout")
                  if getattr(args, name) is not None}
     encoder = kbert.Encoder.from_preset(
         args.preset, vocabulary_size=len(vocabulary),
@@ -202,7 +202,7 @@ def _train(args):
         batch_size=args.batch_size, sequence_length=args.sequence_length,
         learning_rate=args.learning_rate, max_examples=args.max_examples,
         max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
-        source=args.source,
+        source=args.source, attention_dropout=args.attention_dropout,
     )
     _print_metrics(result)
     _print_saved(args.out)
@@ -359,6 +359,12 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def _add_attention_dropout_argument(command):
+    command.add_argument("--attention-dropout", type=_fraction_below_one, default=None,
+                         help="dropout of the attention probabilities (default: the encoder's, 0.1 for "
+                              "presets); 0 trains through the fused attention kernel of a GPU")
 
 
 def _add_backend_argument(command):
@@ -521,6 +527,7 @@ def build_parser():
     pretrain.add_argument("--backup-every", type=_positive_int, default=500,
                           help="steps between backups (a killed run resumes from the last one)")
     pretrain.add_argument("--seed", type=int, default=0, help="fixes pairs, order, masks and weights")
+    _add_attention_dropout_argument(pretrain)
     pretrain.add_argument("--quiet", action="store_true", help=quiet)
     _add_strategy_arguments(pretrain)
     _add_backend_argument(pretrain)
@@ -581,6 +588,7 @@ def build_parser():
     train.add_argument("--max-eval-examples", type=_positive_int, default=None,
                        help="evaluate on the first this many examples of the evaluation split")
     train.add_argument("--seed", type=int, default=0, help="fixes the subset, order and weights")
+    _add_attention_dropout_argument(train)
     train.add_argument("--source", choices=SOURCES, default="local",
                        help="local: the canonical files (offline); tfds: TensorFlow Datasets "
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")

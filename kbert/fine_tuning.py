@@ -131,8 +131,13 @@ def take(x, y, count, seed=0):
     return pick(x), (None if y is None else pick(y))
 
 
-def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learning_rate=None):
-    """The task's model from a preset name, a checkpoint (folder or name), or a `kbert.Encoder`."""
+def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learning_rate=None,
+                     attention_dropout=None):
+    """The task's model from a preset name, a checkpoint (folder or name), or a `kbert.Encoder`.
+
+    `attention_dropout`, when given, replaces the encoder's rate of dropout
+    of attention probabilities.
+    """
     import kbert
     from kbert.builders import TASK_BUILDERS
 
@@ -143,12 +148,26 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
         arguments["doc_stride"] = min(128, sequence_length // 2)
     if info.builder == "tagger":
         arguments["labels"] = list(kbert.data.CONLL2003_LABELS)
+    if attention_dropout is not None:
+        if isinstance(encoder, kbert.Encoder):
+            encoder = with_attention_dropout(encoder, attention_dropout)
+        else:
+            arguments["attention_dropout"] = attention_dropout
     model = TASK_BUILDERS[info.builder](
         encoder, vocabulary=vocabulary, sequence_length=sequence_length, **arguments
     )
     if learning_rate is not None:
         model.compile(learning_rate=learning_rate)
     return model
+
+
+def with_attention_dropout(encoder, rate):
+    """A copy of `encoder` (the same config and weights) whose attention probabilities drop out at `rate`."""
+    config = dict(encoder.get_config(), attention_dropout=rate)
+    del config["name"]
+    copy = type(encoder).from_config(config)
+    copy.set_weights(encoder.get_weights())
+    return copy
 
 
 def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, source="local"):
@@ -223,13 +242,15 @@ def _write_projector(classifier, texts, labels, run_dir, batch_size):
 
 def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequence_length=None,
               learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1,
-              source="local"):
+              source="local", attention_dropout=None):
     """Fine-tunes on a task's training split, evaluates, and writes a run folder.
 
     `source` is where the data comes from: "local" (the canonical files) or
     "tfds" (TensorFlow Datasets; see `load_split`). `fit` validates on the task's dev split (`Recipe.fit_validation_split`:
     the evaluation split, or SICK's trial and CoNLL-2003's dev split), on the
     same seeded subset of `max_eval_examples` that the evaluation takes.
+    `attention_dropout`, when given, replaces the encoder's dropout rate of
+    attention probabilities (see `kbert.Encoder`).
 
     `out` gets `model.keras` (the fitted model, written atomically),
     `metrics.json` (the evaluation split's metrics, the settings, examples
@@ -269,7 +290,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
                 "source": source}
     keras.utils.set_random_seed(seed)
     encoder, vocabulary = resolve_encoder(encoder, vocabulary)
-    model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate)
+    model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate, attention_dropout)
+    settings["attention_dropout"] = model.encoder.attention_dropout
     schedule = getattr(model.optimizer, "_learning_rate", None)
     # The rate used, also when it is the model's default for the encoder width.
     settings["learning_rate"] = getattr(schedule, "peak_learning_rate", learning_rate)

@@ -46,7 +46,7 @@ def pretrain_arguments(corpus, out):
 def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     write_corpus(tmp_path / "corpus", documents=4, sentences=20)
     out = tmp_path / "run"
-    assert cli.main(pretrain_arguments(tmp_path / "corpus", out)) == 0
+    assert cli.main(pretrain_arguments(tmp_path / "corpus", out) + ["--attention-dropout", "0.05"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "checkpoints", "pretrainer.keras", "tensorboard", "vocab.txt"
     ]
@@ -55,6 +55,7 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     assert vocabulary[:5] == list(kbert.SPECIAL_TOKENS)
     pretrainer = kbert.load_model(str(out / "pretrainer.keras"))
     assert pretrainer.encoder.vocabulary_size == len(vocabulary)
+    assert (pretrainer.encoder.attention_dropout, pretrainer.encoder.dropout) == (0.05, 0.1)
     assert int(pretrainer.optimizer.iterations.numpy()) > 0
     # TensorBoard: the epoch's curves whatever its step count, the fill-mask guesses at the end.
     train_logs = out / "tensorboard" / "train"
@@ -201,9 +202,10 @@ def test_train_then_evaluate_a_task(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["train", "rte", "--encoder", "tiny", "--out", str(out), "--epochs", "1",
                      "--max-examples", "64", "--max-eval-examples", "40", "--sequence-length", "32",
-                     "--quiet"]) == 0
+                     "--attention-dropout", "0", "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "model.keras", "tensorboard"]
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["attention_dropout"] == 0.0
     assert metrics["task"] == "rte" and metrics["split"] == "dev" and metrics["examples"] == 40
     assert metrics["train_examples"] == 64 and 0 <= metrics["accuracy"] <= 1
     assert sum(map(sum, metrics["confusion_matrix"])) == 40
@@ -214,6 +216,8 @@ def test_train_then_evaluate_a_task(tmp_path, capsys):
                      "--out", str(report)]) == 0
     # The saved model scores the same examples the same way.
     assert json.loads(report.read_text())["accuracy"] == metrics["accuracy"]
+    encoder = kbert.load_model(str(out / "model.keras")).encoder
+    assert (encoder.attention_dropout, encoder.dropout) == (0.0, 0.1)
 
 
 def test_train_explains_a_bad_encoder(tmp_path, capsys):
@@ -366,6 +370,11 @@ def test_errors_name_the_command_flags_not_python_arguments(tmp_path, capsys):
         cli.main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"), "--batch-size", "0"])
     assert exit_.value.code == 2
     assert "argument --batch-size: must be an integer of at least 1, got '0'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "sst2", "--out", str(tmp_path / "run"), "--attention-dropout", "1"])
+    assert exit_.value.code == 2
+    assert "argument --attention-dropout: must be a number from 0 up to, not including, 1, got '1'" \
+        in capsys.readouterr().err
 
 
 def test_distill_then_prune_then_export_a_student(tmp_path, capsys):

@@ -130,6 +130,7 @@ def encoder_config_from_albert(config, source):
         )
     arguments["activation"] = _ACTIVATIONS[activation]
     arguments["dropout"] = float(config.get("hidden_dropout_prob", 0.0))
+    arguments["attention_dropout"] = float(config.get("attention_probs_dropout_prob", arguments["dropout"]))
     return arguments
 
 
@@ -142,7 +143,7 @@ def albert_config(encoder):
             "model_type": "albert",
             "hidden_act": "gelu_new" if encoder.activation == "gelu_approximate" else "gelu",
             "hidden_dropout_prob": encoder.dropout,
-            "attention_probs_dropout_prob": encoder.dropout,
+            "attention_probs_dropout_prob": encoder.attention_dropout,
             "classifier_dropout_prob": 0.1,
             "initializer_range": 0.02,
             "layer_norm_eps": 1e-12,

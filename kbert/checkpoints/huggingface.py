@@ -52,6 +52,7 @@ def encoder_config_from_huggingface(config, source):
         raise ValueError(f"{source}: layer_norm_eps {epsilon} is not BERT's 1e-12.")
     arguments = {ours: int(config[theirs]) for theirs, ours in _CONFIG_KEYS.items()}
     arguments["dropout"] = float(config.get("hidden_dropout_prob", 0.1))
+    arguments["attention_dropout"] = float(config.get("attention_probs_dropout_prob", arguments["dropout"]))
     return arguments
 
 
@@ -64,7 +65,7 @@ def huggingface_config(encoder):
             "model_type": "bert",
             "hidden_act": "gelu",
             "hidden_dropout_prob": encoder.dropout,
-            "attention_probs_dropout_prob": encoder.dropout,
+            "attention_probs_dropout_prob": encoder.attention_dropout,
             "initializer_range": 0.02,
             "layer_norm_eps": 1e-12,
             "pad_token_id": 0,

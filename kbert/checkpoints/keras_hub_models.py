@@ -11,12 +11,12 @@ with the same weights their outputs differ by about 1e-5 to 1e-4. keras-nlp
 from kbert.models.encoder import Encoder
 
 
-def encoder_from_keras_hub(backbone, dropout=None, dtype=None):
+def encoder_from_keras_hub(backbone, dropout=None, dtype=None, attention_dropout=None):
     """A `kbert.Encoder` with the weights of a keras-hub (or keras-nlp) `BertBackbone` or `AlbertBackbone`.
 
     The same as `kbert.Encoder.from_keras_hub` (see there).
     """
-    return Encoder.from_keras_hub(backbone, dropout=dropout, dtype=dtype)
+    return Encoder.from_keras_hub(backbone, dropout=dropout, dtype=dtype, attention_dropout=attention_dropout)
 
 
 def encoder_to_keras_hub(encoder):

@@ -155,7 +155,7 @@ def checkpoint_format(folder):
     )
 
 
-def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
+def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attention_dropout=None):
     """Loads a published BERT or ALBERT checkpoint as a `kbert.Encoder` and its tokenizer.
 
     Reads a Hugging Face BERT folder (`config.json`, `model.safetensors`,
@@ -177,12 +177,16 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
 
     Args:
         path_or_name: a checkpoint folder or name.
-        dropout: overrides the checkpoint's dropout rate (for fine-tuning).
+        dropout: overrides the checkpoint's dropout rates (for fine-tuning):
+            the hidden one, and the attention probabilities' unless
+            `attention_dropout` is given.
         dtype: the encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         heads: also load the masked-LM head (and the next-sentence head
             when the checkpoint has one) into a `kbert.Pretrainer`, e.g. for
             `kbert.fill_mask` or more pretraining; of an ALBERT checkpoint,
             the sentence-order head when it has one (`objective="sop"`).
+        attention_dropout: overrides the checkpoint's dropout rate of the
+            attention probabilities (0 trains through fused attention).
 
     Returns:
         `(encoder, tokenizer)`, or `(pretrainer, tokenizer)` with `heads=True`.
@@ -202,9 +206,9 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
             raise ValueError(
                 f"{folder}: keras-hub presets of BertBackbone and AlbertBackbone have no pretraining heads."
             )
-        return _load_keras_hub_preset(folder, dropout, dtype)
+        return _load_keras_hub_preset(folder, dropout, dtype, attention_dropout)
     if kind == "huggingface" and albert.read_config(folder).get("model_type") == "albert":
-        return _load_albert_folder(folder, dropout, dtype, heads)
+        return _load_albert_folder(folder, dropout, dtype, heads, attention_dropout)
     if kind == "huggingface":
         arguments, tensors, vocabulary, lowercase = huggingface.read_huggingface_folder(folder)
     else:
@@ -216,8 +220,7 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False):
         if not os.path.exists(vocabulary):
             raise FileNotFoundError(f"{folder} has no {google.VOCABULARY_FILE}.")
         lowercase = None
-    if dropout is not None:
-        arguments["dropout"] = dropout
+    _override_dropout(arguments, dropout, attention_dropout)
     tokenizer = _tokenizer(vocabulary, lowercase, folder)
     if tokenizer.vocabulary_size() != arguments["vocabulary_size"]:
         raise ValueError(
@@ -287,14 +290,21 @@ def save_pretrained(model, tokenizer, folder):
     )
 
 
-def _load_albert_folder(folder, dropout, dtype, heads):
+def _override_dropout(arguments, dropout, attention_dropout):
+    """Sets the encoder arguments' dropout rates to those given: `dropout` sets both unless `attention_dropout` is given."""
+    if dropout is not None:
+        arguments["dropout"] = arguments["attention_dropout"] = dropout
+    if attention_dropout is not None:
+        arguments["attention_dropout"] = attention_dropout
+
+
+def _load_albert_folder(folder, dropout, dtype, heads, attention_dropout):
     """A Hugging Face ALBERT folder as `(encoder or pretrainer, SentencePieceTokenizer)`."""
     from kbert.models.encoder import Encoder
     from kbert.preprocessing.sentence_piece_tokenizer import SentencePieceTokenizer
 
     arguments, tensors, sentence_piece_path, options = albert.read_albert_folder(folder)
-    if dropout is not None:
-        arguments["dropout"] = dropout
+    _override_dropout(arguments, dropout, attention_dropout)
     tokenizer = SentencePieceTokenizer(sentence_piece_path, **options)
     if tokenizer.vocabulary_size() != arguments["vocabulary_size"]:
         raise ValueError(
@@ -334,7 +344,7 @@ def _tokenizer(vocabulary_path, lowercase, folder):
     return Tokenizer(tokens, lowercase=lowercase)
 
 
-def _load_keras_hub_preset(preset, dropout, dtype):
+def _load_keras_hub_preset(preset, dropout, dtype, attention_dropout):
     """A keras-hub BERT or ALBERT preset (a folder, a built-in name or a handle) as a kbert encoder and tokenizer."""
     import keras
     import keras_hub
@@ -368,4 +378,5 @@ def _load_keras_hub_preset(preset, dropout, dtype):
     tokenizer = tokenizer_from_keras_hub(keras_hub_tokenizer)
     # Without a dtype the encoder follows Keras' global policy, as for the other formats.
     dtype = keras.config.dtype_policy() if dtype is None else dtype
-    return encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype), tokenizer
+    encoder = encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype, attention_dropout=attention_dropout)
+    return encoder, tokenizer

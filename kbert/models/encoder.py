@@ -88,7 +88,14 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         hidden_dim: width of every token vector (H).
         num_heads: attention heads (A); must divide `hidden_dim`.
         intermediate_dim: width of the feed-forward layer (4H in BERT).
-        dropout: dropout rate of embeddings, attention and feed-forward.
+        dropout: dropout rate of the embeddings, of each attention and
+            feed-forward output, and by default of the attention
+            probabilities.
+        attention_dropout: dropout rate of the attention probabilities;
+            default `dropout` (BERT's 0.1 for both). At 0 (as MosaicBERT and
+            ModernBERT train), training attends through the backend's fused
+            kernel (cuDNN's on a JAX GPU, `scaled_dot_product_attention` on
+            PyTorch) instead of computing the probabilities explicitly.
         max_sequence_length: positions with a learned embedding.
         num_segments: segment (token type) ids the model knows.
         embedding_size: width of the token, segment and position embeddings
@@ -131,8 +138,10 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         activation="gelu",
         heads_per_layer=None,
         dtype=None,
+        attention_dropout=None,
         **kwargs,
     ):
+        attention_dropout = dropout if attention_dropout is None else attention_dropout
         embedding_size = hidden_dim if embedding_size is None else embedding_size
         num_groups = num_layers if num_groups is None else num_groups
         for name, value in [
@@ -160,8 +169,9 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
             raise ValueError(
                 f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
             )
-        if not 0 <= dropout < 1:
-            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}.")
+        for name, rate in [("dropout", dropout), ("attention_dropout", attention_dropout)]:
+            if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
         shared = num_groups != num_layers or num_inner_repetitions != 1
         if heads_per_layer is not None:
             heads_per_layer = _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared)
@@ -207,6 +217,7 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
             settings = dict(
                 intermediate_dim=intermediate_dim,
                 dropout=dropout,
+                attention_dropout=attention_dropout,
                 activation=_activation(activation),
                 layer_norm_epsilon=1e-12,
                 kernel_initializer=bert_initializer(),
@@ -277,6 +288,7 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+        self.attention_dropout = attention_dropout
         self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
         self.embedding_size = embedding_size
@@ -311,21 +323,23 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
     def from_preset(cls, name, vocabulary_size, **kwargs):
         """An encoder of a preset size (see `kbert.PRESETS`), freshly initialised.
 
-        Keyword arguments override the preset's, e.g. `dropout=0.0`.
+        Keyword arguments override the preset's, e.g. `dropout=0.0` or
+        `attention_dropout=0.0`.
         """
         config = preset_config(name)
         config.update(kwargs)
         return cls(vocabulary_size=vocabulary_size, **config)
 
     @classmethod
-    def from_keras_hub(cls, backbone, dropout=None, dtype=None):
+    def from_keras_hub(cls, backbone, dropout=None, dtype=None, attention_dropout=None):
         """An encoder with the shape and weights of a keras-hub (or keras-nlp) `BertBackbone` or `AlbertBackbone`.
 
         From a `BertBackbone`, kbert computes the exact GELU where keras-hub
         uses its tanh approximation; with the same weights, outputs differ
         by about 1e-5 to 1e-4. From an `AlbertBackbone`, the encoder has its
         embedding size, groups and tanh GELU, and equal outputs. `dropout`
-        and `dtype` default to the backbone's.
+        and `dtype` default to the backbone's, `attention_dropout` to
+        `dropout` (keras-hub's backbones have one rate).
 
         Example:
         >>> backbone = keras_hub.models.BertBackbone(vocabulary_size=50, num_layers=1,
@@ -336,7 +350,8 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         """
         from kbert.models.keras_hub_encoders import encoder_from_backbone
 
-        return encoder_from_backbone(cls, backbone, dropout=dropout, dtype=dtype)
+        return encoder_from_backbone(cls, backbone, dropout=dropout, dtype=dtype,
+                                     attention_dropout=attention_dropout)
 
     def to_keras_hub(self):
         """A keras-hub `BertBackbone` (`AlbertBackbone` for an ALBERT) with this encoder's shape, dropout, dtype and weights.
@@ -422,6 +437,7 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
             "num_heads": self.num_heads,
             "intermediate_dim": self.intermediate_dim,
             "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
             "max_sequence_length": self.max_sequence_length,
             "num_segments": self.num_segments,
             "embedding_size": self.embedding_size,

@@ -83,7 +83,7 @@ def _copy_weights(source, target, target_path_of_source, what, unused=()):
         variable.assign(np.asarray(value.numpy()).astype(variable.dtype))
 
 
-def encoder_from_backbone(encoder_class, backbone, dropout=None, dtype=None):
+def encoder_from_backbone(encoder_class, backbone, dropout=None, dtype=None, attention_dropout=None):
     """An `encoder_class` (`kbert.Encoder`) with the weights of a keras-hub (or keras-nlp) `BertBackbone` or `AlbertBackbone`.
 
     Args:
@@ -92,7 +92,10 @@ def encoder_from_backbone(encoder_class, backbone, dropout=None, dtype=None):
         backbone: a `keras_hub.models.BertBackbone`, e.g. from
             `BertBackbone.from_preset("bert_base_en_uncased")`, or an
             `AlbertBackbone` (`"albert_base_en_uncased"`).
-        dropout: the encoder's dropout rate; default the backbone's.
+        dropout: the encoder's dropout rate; default the backbone's (its
+            one rate, which keras-hub also applies to attention).
+        attention_dropout: the encoder's dropout rate of attention
+            probabilities; default the encoder's `dropout`.
         dtype: the encoder's dtype policy; default the backbone's layers'.
 
     Returns:
@@ -110,6 +113,7 @@ def encoder_from_backbone(encoder_class, backbone, dropout=None, dtype=None):
     arguments = dict(
         {name: getattr(backbone, name) for name in _SHARED_SHAPE},
         dropout=backbone.dropout if dropout is None else dropout,
+        attention_dropout=attention_dropout,
         dtype=backbone.token_embedding.dtype_policy if dtype is None else dtype,
     )
     unused = ()

@@ -30,6 +30,9 @@ class LeanTransformerEncoder(keras_hub.layers.TransformerEncoder):
             A block whose heads were pruned (`kbert.prune_heads`) keeps
             fewer heads of the full block's size, so `num_heads * head_dim`
             may be less than `hidden_dim`.
+        attention_dropout: dropout of the attention probabilities; default
+            `dropout` (keras-hub's block has one rate for both). At 0, a
+            training step attends through the backend's fused kernel too.
         **kwargs: the other arguments of `keras_hub.layers.TransformerEncoder`.
 
     Example:
@@ -39,25 +42,29 @@ class LeanTransformerEncoder(keras_hub.layers.TransformerEncoder):
     (2, 5, 16)
     """
 
-    def __init__(self, intermediate_dim, num_heads, head_dim=None, **kwargs):
+    def __init__(self, intermediate_dim, num_heads, head_dim=None, attention_dropout=None, **kwargs):
         super().__init__(intermediate_dim=intermediate_dim, num_heads=num_heads, **kwargs)
         self.head_dim = head_dim
+        self.attention_dropout = self.dropout if attention_dropout is None else attention_dropout
 
     def build(self, inputs_shape):
         super().build(inputs_shape)
-        if self.head_dim is None or self.head_dim == inputs_shape[-1] // self.num_heads:
+        head_dim = inputs_shape[-1] // self.num_heads if self.head_dim is None else self.head_dim
+        if head_dim == inputs_shape[-1] // self.num_heads and self.attention_dropout == self.dropout:
             return
         # keras-hub's block has just built an attention layer with heads of
-        # `hidden_dim // num_heads`; it is replaced by one with heads of
-        # `head_dim`, under the same name and at the same place among the
-        # block's layers (so that the weights keep the order of a full block).
+        # `hidden_dim // num_heads` that drops out at `dropout`; it is
+        # replaced by one with heads of `head_dim` that drops out at
+        # `attention_dropout`, under the same name and at the same place
+        # among the block's layers (so that the weights keep the order of a
+        # full block).
         replaced = self._self_attention_layer
         position = next(i for i, layer in enumerate(self._layers) if layer is replaced)
         self._tracker.untrack(replaced)
         attention = keras.layers.MultiHeadAttention(
             num_heads=self.num_heads,
-            key_dim=self.head_dim,
-            dropout=self.dropout,
+            key_dim=head_dim,
+            dropout=self.attention_dropout,
             kernel_initializer=_clone(self.kernel_initializer),
             bias_initializer=_clone(self.bias_initializer),
             dtype=self.dtype_policy,
@@ -78,6 +85,7 @@ class LeanTransformerEncoder(keras_hub.layers.TransformerEncoder):
     def get_config(self):
         config = super().get_config()
         config["head_dim"] = self.head_dim
+        config["attention_dropout"] = self.attention_dropout
         return config
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 import kbert
 from kbert.checkpoints.loading import checkpoint_format, resolve_checkpoint
 from tests.checkpoints.conftest import TEXTS
-from tests.test_case import TINY_VOCABULARY, assert_all_close
+from tests.test_case import TINY_VOCABULARY, assert_all_close, tiny_encoder_kwargs
 
 
 def outputs(encoder, tokenizer, texts=TEXTS, sequence_length=16):
@@ -82,6 +82,25 @@ def test_saved_folder_loads_back_identically(tiny_encoder, tmp_path):
     assert_all_close(outputs(restored, restored_tokenizer), outputs(encoder, tokenizer), atol=1e-6)
     with pytest.raises(FileExistsError, match="exists already"):
         kbert.save_pretrained(encoder, tokenizer, folder)
+
+
+def test_both_dropout_rates_travel_through_a_folder_and_loading_overrides_them(tmp_path):
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.2, attention_dropout=0.0)
+    folder = kbert.save_pretrained(encoder, kbert.Tokenizer(TINY_VOCABULARY), tmp_path / "bert")
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    assert (config["hidden_dropout_prob"], config["attention_probs_dropout_prob"]) == (0.2, 0.0)
+
+    def rates(**overrides):
+        restored, _ = kbert.load_pretrained(folder, **overrides)
+        return restored.dropout, restored.attention_dropout
+
+    assert rates() == (0.2, 0.0)
+    assert rates(attention_dropout=0.1) == (0.2, 0.1)
+    # `dropout` alone sets both, as one rate did before there were two.
+    assert rates(dropout=0.3) == (0.3, 0.3)
+    assert rates(dropout=0.3, attention_dropout=0.0) == (0.3, 0.0)
+    classifier = kbert.classifier(folder, sequence_length=16, attention_dropout=0.0)
+    assert (classifier.encoder.dropout, classifier.encoder.attention_dropout) == (0.1, 0.0)
 
 
 def test_minilm_saves_to_the_names_and_values_it_came_with(minilm, tmp_path):

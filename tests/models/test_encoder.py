@@ -55,6 +55,20 @@ def test_config_round_trip():
     run_config_round_trip(encoder, encoder_inputs())
 
 
+def test_attention_dropout_is_a_rate_of_its_own_that_follows_dropout_unless_given():
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.2, attention_dropout=0.0)
+    assert encoder.dropout == 0.2 and encoder.attention_dropout == 0.0
+    assert [block.attention_dropout for block in encoder.transformer_layers] == [0.0, 0.0]
+    assert [block.dropout for block in encoder.transformer_layers] == [0.2, 0.2]
+    run_config_round_trip(encoder, encoder_inputs())
+    assert kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.2).get_config()["attention_dropout"] == 0.2
+    # A config saved before the rate existed keeps one rate for both.
+    config = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.3).get_config()
+    del config["attention_dropout"]
+    assert kbert.Encoder.from_config(config).attention_dropout == 0.3
+    assert kbert.Encoder.from_preset("tiny", vocabulary_size=30, attention_dropout=0.0).attention_dropout == 0.0
+
+
 def test_padding_does_not_change_real_tokens():
     encoder = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.0)
     short = encoder_inputs(batch=1, length=5)
@@ -128,6 +142,8 @@ def test_builds_under_a_distribution_strategy():
         ({"hidden_dim": 18, "num_heads": 4}, "divisible by `num_heads`"),
         ({"num_layers": 0}, "`num_layers` must be a positive integer"),
         ({"dropout": 1.5}, "`dropout` must be in"),
+        ({"attention_dropout": -0.1}, "`attention_dropout` must be in"),
+        ({"attention_dropout": "0"}, "`attention_dropout` must be in"),
     ],
 )
 def test_bad_config_is_named(kwargs, message):

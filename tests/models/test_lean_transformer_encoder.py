@@ -94,6 +94,25 @@ def test_dropout_applies_in_training_only():
     assert not np.allclose(first, second)
 
 
+def test_attention_dropout_drops_out_the_attention_probabilities_alone():
+    lean, reference = block_pair()
+    x, padding_mask = inputs()
+    # With no other dropout, training is inference unless the attention probabilities drop out.
+    assert_all_close(lean(x, padding_mask=padding_mask, training=True), lean(x, padding_mask=padding_mask))
+    attention_only = LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
+                                            attention_dropout=0.5, activation="gelu", layer_norm_epsilon=1e-12)
+    attention_only.build((2, 7, HIDDEN))
+    # Its attention layer, replaced for the other rate, keeps keras-hub's variables and their order.
+    assert [(v.path.split("/", 1)[1], v.shape) for v in attention_only.weights] == [
+        (v.path.split("/", 1)[1], v.shape) for v in reference.weights
+    ]
+    attention_only.set_weights(reference.get_weights())
+    assert_all_close(attention_only(x, padding_mask=padding_mask), reference(x, padding_mask=padding_mask),
+                     atol=1e-5)
+    trained = numpy(attention_only(x, padding_mask=padding_mask, training=True))
+    assert not np.allclose(trained, numpy(reference(x, padding_mask=padding_mask)), atol=1e-3)
+
+
 def test_normalize_first_blocks_compute_as_keras_hubs():
     lean, reference = block_pair(normalize_first=True)
     x, padding_mask = inputs()
@@ -140,7 +159,8 @@ def test_heads_of_a_pruned_block_keep_their_size():
 def test_config_round_trip():
     x, padding_mask = inputs()
     for block in [block_pair(activation=gelu_approximate)[0],
-                  LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=2, head_dim=4)]:
+                  LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=2, head_dim=4,
+                                         attention_dropout=0.0, dropout=0.1)]:
         block(x)
         config = block.get_config()
         restored = LeanTransformerEncoder.from_config(config)
@@ -148,5 +168,5 @@ def test_config_round_trip():
         restored.build(x.shape)
         restored.set_weights(block.get_weights())
         assert_all_close(restored(x, padding_mask=padding_mask), block(x, padding_mask=padding_mask))
-    assert restored.head_dim == 4
+    assert restored.head_dim == 4 and restored.attention_dropout == 0.0 and restored.dropout == 0.1
     assert keras.saving.get_registered_object("kbert>LeanTransformerEncoder") is LeanTransformerEncoder
