@@ -4,6 +4,7 @@ import math
 import numbers
 
 import keras
+import numpy as np
 from keras import ops
 
 from kbert.backend import AdamW
@@ -72,6 +73,25 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         fall = (total - step) / ops.maximum(total - warmup, 1.0)
         fraction = ops.where(step < warmup, rise, ops.where(constant, 1.0, fall))
         return self.peak_learning_rate * ops.clip(fraction, 0.0, 1.0)
+
+    def rate_at(self, step, window=None):
+        """`self(step)` computed on the host, in float32 as the backend does, as a Python float.
+
+        `window` is `(start, total, per_update)` as the variables hold it;
+        default the one `set_window` last set.
+        """
+        start, total, per_update = self._window if window is None else window
+        one = np.float32(1.0)
+        step = np.float32((int(step) - start) // per_update)
+        if total < 0:
+            return float(np.float32(self.peak_learning_rate) * np.clip(step + one, 0, 1).astype("float32"))
+        total = np.float32(total)
+        warmup = np.ceil(total * np.float32(self.warmup_fraction))
+        if step < warmup:
+            fraction = (step + one) / max(warmup, one)
+        else:
+            fraction = (total - step) / max(total - warmup, one)
+        return float(np.float32(self.peak_learning_rate) * np.float32(np.clip(fraction, 0, 1)))
 
     def get_config(self):
         start, total, per_update = self._window

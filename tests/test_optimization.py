@@ -34,6 +34,21 @@ def test_without_total_steps_the_rate_stays_at_peak():
     np.testing.assert_allclose(rates(schedule, [0, 1000]), [3e-4, 3e-4], rtol=1e-6)
 
 
+@pytest.mark.parametrize("window", [dict(total_steps=37, warmup_fraction=0.1, start_step=5),
+                                    dict(total_steps=100, warmup_fraction=0.3, steps_per_update=3),
+                                    dict(total_steps=None), dict(total_steps=1)])
+def test_the_rate_computed_on_the_host_is_the_backends(window):
+    schedule = WarmupLinearDecay(3e-4, **window)
+    steps = range(-2, 130)
+    host = [schedule.rate_at(step) for step in steps]
+    assert host == [float(keras.ops.convert_to_numpy(schedule(step))) for step in steps]
+    moved = (2, 50, 1)  # a window as the variables may hold it after a restore
+    schedule.set_window(*moved)
+    assert [schedule.rate_at(step) for step in steps] == [
+        float(keras.ops.convert_to_numpy(schedule(step))) for step in steps]
+    assert WarmupLinearDecay(3e-4, **window).rate_at(60, moved) == schedule.rate_at(60)
+
+
 def test_config_round_trip_keeps_the_window():
     schedule = WarmupLinearDecay(1e-3, total_steps=40, warmup_fraction=0.2, start_step=7)
     restored = WarmupLinearDecay(**schedule.get_config())

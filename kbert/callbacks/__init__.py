@@ -6,7 +6,9 @@ classes can also be used one by one. More pictures for TensorBoard:
 scores), `HParamsLogger` (hyper-parameters and final metrics),
 `AttentionMapLogger` (attention heat maps of a sentence), `FillMaskLogger`
 (a pretrainer's guesses for masked sentences) and `write_projector`
-(sentence vectors for the embedding projector).
+(sentence vectors for the embedding projector). `TrainingStepCallback` is
+their base for work at every batch: it knows the step and the learning rate
+without reading the model between two steps.
 """
 
 import os
@@ -20,6 +22,7 @@ from kbert.callbacks.learning_rate_logger import LearningRateLogger
 from kbert.callbacks.model_checkpoint import ModelCheckpoint
 from kbert.callbacks.projector import write_projector
 from kbert.callbacks.tensorboard import TensorBoard
+from kbert.callbacks.training_step import TrainingStepCallback
 
 
 def standard(logdir, save_freq=500, checkpoint="epoch", keep=3, profile_batch=0, update_freq=50):
@@ -92,6 +95,7 @@ __all__ = [
     "LearningRateLogger",
     "ModelCheckpoint",
     "TensorBoard",
+    "TrainingStepCallback",
     "attention_scores",
     "standard",
     "write_projector",

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from kbert.callbacks.images import CARD_WIDTH, heat_map, padded_batch
+from kbert.callbacks.training_step import TrainingStepCallback
 from kbert.callbacks.writers import LazyWriters
 
 
@@ -49,7 +50,7 @@ def attention_scores(encoder, inputs):
     return scores
 
 
-class AttentionMapLogger(keras.callbacks.Callback):
+class AttentionMapLogger(TrainingStepCallback):
     """Draws where each attention head of the encoder looks, for one sentence, during `fit`.
 
     For every Transformer block `l` the callback writes one image summary
@@ -171,9 +172,9 @@ class AttentionMapLogger(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self.every == "epoch":
             return
-        step = _optimizer_step(self.model)
-        if step % self.every == 0:
-            self.write(step)
+        super().on_train_batch_end(batch, logs)
+        if self.iterations % self.every == 0:
+            self.write(self.iterations)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.every == "epoch":

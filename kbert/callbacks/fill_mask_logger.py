@@ -2,10 +2,11 @@
 
 import keras
 
+from kbert.callbacks.training_step import TrainingStepCallback
 from kbert.callbacks.writers import LazyWriters
 
 
-class FillMaskLogger(keras.callbacks.Callback):
+class FillMaskLogger(TrainingStepCallback):
     """Shows, while BERT pretrains, what it guesses for the `[MASK]` tokens of fixed sentences.
 
     Every `every` optimizer steps, and when training ends, the model being
@@ -89,9 +90,9 @@ class FillMaskLogger(keras.callbacks.Callback):
         self._last_step = step
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        if step % self.every == 0:
-            self.write(step)
+        super().on_train_batch_end(batch, logs)
+        if self.iterations % self.every == 0:
+            self.write(self.iterations)
 
     def on_train_end(self, logs=None):
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))

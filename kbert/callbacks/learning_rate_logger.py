@@ -3,8 +3,10 @@
 import keras
 import numpy as np
 
+from kbert.callbacks.training_step import TrainingStepCallback
 
-class LearningRateLogger(keras.callbacks.Callback):
+
+class LearningRateLogger(TrainingStepCallback):
     """Adds `learning_rate` to the logs at the end of every batch and epoch.
 
     Keras hands one logs dict down the callback list, so callbacks after this
@@ -17,7 +19,9 @@ class LearningRateLogger(keras.callbacks.Callback):
     `optimizer.iterations`, or the plain rate. At the end of batch `i` of a
     fresh `fit` that is the schedule at step `i + 1`, the rate of the next
     update, and the same value Keras' TensorBoard reports at epoch ends.
-    TensorBoard numbers that batch `i + 1` as well.
+    TensorBoard numbers that batch `i + 1` as well. The rate of each batch is
+    computed on the host, from the optimizer as read once an epoch
+    (`TrainingStepCallback`): no work on the model between two steps.
 
     Example:
     >>> import numpy as np
@@ -30,8 +34,9 @@ class LearningRateLogger(keras.callbacks.Callback):
     """
 
     def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, logs)
         if logs is not None:
-            logs["learning_rate"] = self.current_learning_rate()
+            logs["learning_rate"] = self.learning_rate()
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:

@@ -358,12 +358,20 @@ class _StopAtStep(keras.callbacks.Callback):
     short here so both train exactly the same steps.
     """
 
+    batches_trained = None
+
     def __init__(self, last_step):
         super().__init__()
         self.last_step = last_step
 
     def on_train_batch_end(self, batch, logs=None):
-        if batches_trained(self.model.optimizer) >= self.last_step:
+        # Read once, then counted: reading the model at every batch is host
+        # work between two steps on JAX (see `kbert.callbacks.TrainingStepCallback`).
+        if self.batches_trained is None:
+            self.batches_trained = batches_trained(self.model.optimizer)
+        else:
+            self.batches_trained += 1
+        if self.batches_trained >= self.last_step:
             self.model.stop_training = True
 
 
