@@ -7,10 +7,14 @@ other:
 - `kbert-jax`, `kbert-torch`: a `kbert.Classifier` (two classes) on
   `kbert.Encoder.from_preset("base")`, `dtype="mixed_bfloat16"`, compiled
   with kbert's defaults (AdamW, warm-up and decay, accuracy), fed token ids;
+- `kbert-jax-attention-dropout-0`: the same with `attention_dropout=0`, so
+  that training attends through cuDNN's fused kernel;
 - `kbert-torch-compile`: the same with `compile(jit_compile=True)`, which
   has Keras' PyTorch trainer put each step through `torch.compile`;
-- `keras-hub-jax`, `keras-hub-torch`: keras-hub's `BertTextClassifier` on a
-  `BertBackbone` of the same shape, `mixed_bfloat16`, AdamW;
+- `keras-hub-jax`, `keras-hub-torch`: keras-hub's `BertBackbone` of the
+  same shape with dropout and a Dense head (`keras_paths`: what its
+  `BertTextClassifier` computes, without the preprocessing that needs
+  TensorFlow), `mixed_bfloat16`, AdamW;
 - `transformers`, `transformers-compile`: `BertForSequenceClassification`
   with bfloat16 autocast and `torch.optim.AdamW`, eager and under
   `torch.compile`.
@@ -22,9 +26,21 @@ Workloads (random weights, dropout as BERT trains, every token real):
 - `infer_256x128`: inference (the classifier's forward pass), 256 x 128.
 
 The Keras paths run `fit` and `predict` as users do (the whole step
-compiled on JAX); each figure is sequences per second over the timed steps
-after a warm-up that compiles. Results go to the JSON file row by row, so a
-run cut short still reports what it measured. Needs no TensorFlow.
+compiled on JAX). Each workload is timed two ways, after a warm-up that
+compiles:
+
+- `whole call`: one `fit` (or `predict`) of the timed steps, nothing read
+  until it ends, so that JAX dispatches ahead of the device;
+- `per step`: the loss read after every step, as Keras' progress bar and
+  any per-batch callback do (inference: `predict_on_batch`, its answer
+  read each batch); the host's work between steps then adds to each step.
+
+Each figure is sequences per second, with the TFLOP/s it implies (the
+model's matmuls: 2 flops per weight per token and attention's two batched
+products, 3x that for a training step). Each path has a time limit
+(`--path-seconds`, by default 9 minutes shared by the paths), and results go
+to the JSON file row by row, so a run cut short still reports what it
+measured. Needs no TensorFlow.
 
     python benchmarks/gpu.py                 # BERT-base on the GPU
     python benchmarks/gpu.py --tiny          # a tiny BERT on the CPU: the smoke test
@@ -37,15 +53,19 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Python puts this script's folder first on the path, where a benchmark's name
 # could hide a module that a library imports (tests/benchmarks checks the names).
+# The folder goes last instead: `keras_paths` is found there.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
-PATHS = ("kbert-jax", "kbert-torch", "kbert-torch-compile", "keras-hub-jax", "keras-hub-torch", "transformers", "transformers-compile")
+sys.path.append(str(Path(__file__).resolve().parent))
+PATHS = ("kbert-jax", "kbert-jax-attention-dropout-0", "kbert-torch", "kbert-torch-compile", "keras-hub-jax",
+         "keras-hub-torch", "transformers", "transformers-compile")
 WORKLOADS = {  # name: (training?, batch size, sequence length)
     "train_32x128": (True, 32, 128),
     "train_16x512": (True, 16, 512),
@@ -56,6 +76,8 @@ BASE = {"vocabulary_size": 30522, "num_layers": 12, "hidden_dim": 768, "num_head
 TINY = {"vocabulary_size": 1000, "num_layers": 2, "hidden_dim": 64, "num_heads": 2, "intermediate_dim": 256}
 TINY_SHAPES = {"train_32x128": (4, 32), "train_16x512": (2, 128), "infer_256x128": (8, 32)}
 STEPS = {"warmup": 3, "timed": 20}
+# The whole run, shared by the paths: it fits in one 10-minute call of a GPU machine.
+TOTAL_SECONDS = 540
 TINY_STEPS = {"warmup": 2, "timed": 3}
 LEARNING_RATE = 5e-5
 
@@ -66,6 +88,8 @@ def main():
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--timed-steps", type=int, help="timed steps per workload (default 20; 3 with --tiny)")
+    parser.add_argument("--path-seconds", type=float,
+                        help=f"time limit of each path's process (default {TOTAL_SECONDS} s shared by the paths)")
     parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results/gpu.json, "
                                                  "gpu-tiny.json with --tiny)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -85,9 +109,10 @@ def main():
         "steps": steps,
         "rows": [],
     }
+    limit = args.path_seconds or TOTAL_SECONDS / len(args.paths)
     for path in args.paths:
         job = {"path": path, "tiny": args.tiny, "workloads": args.workloads, "steps": steps}
-        for row in run_worker(job):
+        for row in run_worker(job, limit):
             report["rows"].append(row)
             report.setdefault("device", row.get("device"))
             write_json(out, report)
@@ -99,26 +124,33 @@ def main():
     return 1 if failed and len(failed) == len(report["rows"]) else 0
 
 
-def run_worker(job):
-    """Runs one path's workloads in a fresh process; yields a row per workload as it finishes."""
+def run_worker(job, limit):
+    """Runs one path's workloads in a fresh process, killed after `limit` seconds; yields a row per workload as it finishes."""
     environment = dict(os.environ)
-    backend = "jax" if job["path"].endswith("-jax") else "torch"
+    backend = "jax" if "-jax" in job["path"] else "torch"
     environment.update(KERAS_BACKEND=backend, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
     command = [sys.executable, __file__, "--worker", json.dumps(job)]
     process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
+    timer = threading.Timer(limit, process.kill)
+    timer.start()
     done = set()
-    for line in process.stdout:
-        if line.startswith("RESULT "):
-            row = json.loads(line[len("RESULT "):])
-            done.add(row["workload"])
-            yield row
-    process.wait()
+    try:
+        for line in process.stdout:
+            if line.startswith("RESULT "):
+                row = json.loads(line[len("RESULT "):])
+                done.add(row["workload"])
+                yield row
+        process.wait()
+    finally:
+        timed_out = not timer.is_alive() and process.returncode != 0
+        timer.cancel()
     error = process.stderr.read().strip().splitlines()
     for workload in job["workloads"]:
         if workload not in done:
-            last = error[-1] if error else f"exit code {process.returncode}"
+            last = f"time limit of {limit:.0f} s reached" if timed_out else (
+                error[-1] if error else f"exit code {process.returncode}")
             yield {"path": job["path"], "workload": workload, "error": last}
 
 
@@ -135,13 +167,34 @@ def worker(job):
         try:
             measure = runner[library](job["path"], shape, training, length)
             seconds = measure(batch_size, job["steps"])
-            row.update(sequences_per_second=batch_size * job["steps"]["timed"] / seconds,
-                       seconds=seconds, device=measure.device, versions=measure.versions)
+            sequences = batch_size * job["steps"]["timed"]
+            flops = sequence_flops(shape, length, training)
+            row.update(
+                sequences_per_second=sequences / seconds["whole call"],
+                sequences_per_second_per_step=sequences / seconds["per step"],
+                tflops=flops * sequences / seconds["whole call"] / 1e12,
+                tflops_per_step=flops * sequences / seconds["per step"] / 1e12,
+                seconds=seconds, device=measure.device, versions=measure.versions,
+            )
         except Exception as error:  # noqa: BLE001 (a failed row is reported, not fatal)
             row["error"] = f"{type(error).__name__}: {error}"[:500]
         print("RESULT " + json.dumps(row), flush=True)
         measure = None
     return 0
+
+
+def sequence_flops(shape, length, training):
+    """Floating-point operations per sequence: the encoder's matmuls (embeddings and head left out).
+
+    2 per weight per token for the projections and feed-forward layers, and
+    attention's two batched products (2 x length x hidden per token each);
+    training is three passes' worth (forward, and the gradients of inputs
+    and of weights).
+    """
+    hidden, layers = shape["hidden_dim"], shape["num_layers"]
+    per_token = 2 * layers * (4 * hidden * hidden + 2 * hidden * shape["intermediate_dim"]) \
+        + layers * 4 * length * hidden
+    return per_token * length * (3 if training else 1)
 
 
 def token_ids(rng, count, length, vocabulary_size):
@@ -173,21 +226,19 @@ class KerasRunner:
             import kbert
 
             version = {"kbert": kbert.__version__}
-            encoder = kbert.Encoder(**shape, max_sequence_length=max(512, length), dtype="mixed_bfloat16")
+            # Attention dropout 0: training attends through the fused kernel (cuDNN's).
+            attention_dropout = 0.0 if path.endswith("attention-dropout-0") else None
+            encoder = kbert.Encoder(**shape, max_sequence_length=max(512, length), dtype="mixed_bfloat16",
+                                    attention_dropout=attention_dropout)
             model = kbert.Classifier(encoder, num_classes=2)
             model.compile(learning_rate=LEARNING_RATE, jit_compile=path.endswith("-compile") or "auto")
         else:
             import keras_hub
+            from keras_paths import keras_hub_classifier
 
             version = {"keras_hub": keras_hub.__version__}
-            backbone = keras_hub.models.BertBackbone(**shape, max_sequence_length=max(512, length),
-                                                     dtype="mixed_bfloat16")
-            model = keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None)
-            model.compile(
-                optimizer=keras.optimizers.AdamW(LEARNING_RATE, weight_decay=0.01),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=[keras.metrics.SparseCategoricalAccuracy("accuracy")],
-            )
+            model = keras_hub_classifier(shape, max(512, length), dtype="mixed_bfloat16",
+                                         learning_rate=LEARNING_RATE)
         model.library_version = version
         return model
 
@@ -198,18 +249,31 @@ class KerasRunner:
             x = token_ids(rng, count * batch_size, self.length, self.vocabulary_size)
             return x, rng.integers(0, 2, count * batch_size)
 
+        from keras_paths import reads_the_loss
+
         x, y = data(steps["warmup"])
         timed_x, timed_y = data(steps["timed"])
+        seconds = {}
         if self.training:
             self.model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
-            start = time.perf_counter()
-            self.model.fit(timed_x, timed_y, batch_size=batch_size, epochs=1, verbose=0)
+            for mode, callbacks in (("whole call", []), ("per step", [reads_the_loss()])):
+                start = time.perf_counter()
+                self.model.fit(timed_x, timed_y, batch_size=batch_size, epochs=1, verbose=0,
+                               callbacks=callbacks)
+                seconds[mode] = time.perf_counter() - start
         else:
             self.model.predict(x, batch_size=batch_size, verbose=0)
+            self.model.predict_on_batch({name: value[:batch_size] for name, value in x.items()})
             start = time.perf_counter()
             self.model.predict(timed_x, batch_size=batch_size, verbose=0)
+            seconds["whole call"] = time.perf_counter() - start
+            start = time.perf_counter()
+            for first in range(0, len(timed_y), batch_size):
+                np.asarray(self.model.predict_on_batch(
+                    {name: value[first:first + batch_size] for name, value in timed_x.items()}))
+            seconds["per step"] = time.perf_counter() - start
         self.versions.update(self.model.library_version)
-        return time.perf_counter() - start
+        return seconds
 
 
 class TransformersRunner:
@@ -265,12 +329,17 @@ class TransformersRunner:
         for batch in self._batches(batch_size, self.length, steps["warmup"]):
             self._step(batch)
         batches = list(self._batches(batch_size, self.length, steps["timed"]))
-        self._synchronize()
-        start = time.perf_counter()
-        for batch in batches:
-            self._step(batch)
-        self._synchronize()
-        return time.perf_counter() - start
+        seconds = {}
+        for mode in ("whole call", "per step"):
+            self._synchronize()
+            start = time.perf_counter()
+            for batch in batches:
+                result = self._step(batch)
+                if mode == "per step":
+                    result.float().sum().item()
+            self._synchronize()
+            seconds[mode] = time.perf_counter() - start
+        return seconds
 
     def _synchronize(self):
         if self.place == "cuda":
@@ -328,27 +397,31 @@ def write_json(path, report):
 def format_row(row):
     if "error" in row:
         return f"{row['path']:<22} {row['workload']:<14} failed: {row['error']}"
-    return f"{row['path']:<22} {row['workload']:<14} {row['sequences_per_second']:>10,.1f} seq/s"
+    return (f"{row['path']:<22} {row['workload']:<14} {row['sequences_per_second']:>10,.1f} seq/s whole call "
+            f"({row['tflops']:.1f} TFLOP/s), {row['sequences_per_second_per_step']:>10,.1f} per step "
+            f"({row['tflops_per_step']:.1f} TFLOP/s)")
 
 
 def table(report):
-    """Sequences per second, a column per workload, and each path against transformers + torch.compile."""
+    """Sequences per second and TFLOP/s, a column per workload, a row per path and timing, against transformers + torch.compile."""
     workloads = [w for w in WORKLOADS if any(row["workload"] == w for row in report["rows"])]
-    values = {(row["path"], row["workload"]): row.get("sequences_per_second") for row in report["rows"]}
-    reference = {w: values.get(("transformers-compile", w)) for w in workloads}
+    rows = {(row["path"], row["workload"]): row for row in report["rows"] if "error" not in row}
+    timings = {"whole call": ("sequences_per_second", "tflops"),
+               "per step": ("sequences_per_second_per_step", "tflops_per_step")}
     lines = [f"device: {report.get('device')}; {report['precision']}; model {report['model']}",
-             f"| path | {' | '.join(workloads)} |", "|---" * (len(workloads) + 1) + "|"]
+             f"| path | timing | {' | '.join(workloads)} |", "|---" * (len(workloads) + 2) + "|"]
     for path in dict.fromkeys(row["path"] for row in report["rows"]):
-        cells = []
-        for workload in workloads:
-            value = values.get((path, workload))
-            if value is None:
-                cells.append("failed")
-                continue
-            ratio = f" ({value / reference[workload]:.2f}x)" if reference[workload] else ""
-            cells.append(f"{value:,.1f}{ratio}")
-        lines.append(f"| {path} | {' | '.join(cells)} |")
-    lines.append("(x: against transformers + torch.compile)")
+        for timing, (rate, tflops) in timings.items():
+            cells = []
+            for workload in workloads:
+                row, reference = rows.get((path, workload)), rows.get(("transformers-compile", workload))
+                if row is None:
+                    cells.append("failed")
+                    continue
+                ratio = f", {row[rate] / reference[rate]:.2f}x" if reference else ""
+                cells.append(f"{row[rate]:,.1f} ({row[tflops]:.1f} TFLOP/s{ratio})")
+            lines.append(f"| {path} | {timing} | {' | '.join(cells)} |")
+    lines.append("(x: against transformers + torch.compile, timed the same way)")
     return "\n".join(lines)
 
 

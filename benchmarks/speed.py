@@ -67,7 +67,7 @@ if WORKER_LIBRARY.startswith("kbert"):
 
 import keras  # noqa: E402
 
-from timing import timed  # noqa: E402
+from timing import matmul_gflops, timed  # noqa: E402
 
 PEER_VENV = Path(__file__).parent / ".peer-venv"
 VOCABULARY_SIZE = 30522
@@ -325,28 +325,10 @@ def run_worker(job):
 
 
 def matmul_peak(tf, job):
-    """GFLOP/s of BERT-base's feed-forward matmul (H 768), in TensorFlow: the machine's peak.
-
-    The best of a plain matmul and one with a bias added (which oneDNN runs
-    as another kernel), each timed for a few seconds.
-    """
-    hidden = PEAK_HIDDEN_DIM
+    """GFLOP/s of BERT-base's feed-forward matmul (H 768), in TensorFlow: the machine's peak (`timing.matmul_gflops`)."""
     dtype = tf.bfloat16 if job["precision"] == "bf16" else tf.float32
-    tokens = BATCH_SIZES["inference"] * SEQUENCE_LENGTH
-    a = tf.Variable(tf.cast(tf.random.normal([tokens, hidden]), dtype))
-    b = tf.Variable(tf.cast(tf.random.normal([hidden, 4 * hidden]), dtype))
-    bias = tf.Variable(tf.zeros([4 * hidden], dtype))
-    forms = {
-        "matmul": lambda: tf.matmul(a, b),
-        "matmul + bias": lambda: tf.nn.bias_add(tf.matmul(a, b), bias),
-    }
-    gflops = {}
-    for name, form in forms.items():
-        # One row of the result leaves the graph: the sum is not timed with the matmul.
-        product = tf.function(lambda form=form: tf.reduce_sum(tf.cast(form()[:1], tf.float32)))
-        seconds, _ = timed(lambda: product().numpy(), warmup=3, budget_seconds=5, min_steps=10)
-        gflops[name] = 2 * tokens * hidden * 4 * hidden / seconds / 1e9
-    return {"gflops": max(gflops.values()), "forms": gflops, "hidden_dim": hidden}
+    gflops = matmul_gflops(tf, BATCH_SIZES["inference"] * SEQUENCE_LENGTH, PEAK_HIDDEN_DIM, dtype)
+    return {"gflops": max(gflops.values()), "forms": gflops, "hidden_dim": PEAK_HIDDEN_DIM}
 
 
 def random_inputs(job, batch_size):

@@ -1,4 +1,4 @@
-"""Timing shared by the speed benchmark's workers (kbert's environment and the peer one): no dependencies."""
+"""Timing shared by the benchmarks' workers (kbert's environment and the peer one): no dependencies."""
 
 import statistics
 import time
@@ -15,6 +15,28 @@ def timed(step, warmup, budget_seconds, min_steps):
         step()
         times.append(time.perf_counter() - begin)
     return statistics.median(times), len(times)
+
+
+def matmul_gflops(tf, tokens, hidden, dtype):
+    """GFLOP/s of a `(tokens, hidden) x (hidden, 4 hidden)` matmul in TensorFlow (BERT's feed-forward): the machine's peak.
+
+    `{form: GFLOP/s}` of a plain matmul and one with a bias added (which
+    oneDNN runs as another kernel), each timed for a few seconds.
+    """
+    a = tf.Variable(tf.cast(tf.random.normal([tokens, hidden]), dtype))
+    b = tf.Variable(tf.cast(tf.random.normal([hidden, 4 * hidden]), dtype))
+    bias = tf.Variable(tf.zeros([4 * hidden], dtype))
+    forms = {
+        "matmul": lambda: tf.matmul(a, b),
+        "matmul + bias": lambda: tf.nn.bias_add(tf.matmul(a, b), bias),
+    }
+    gflops = {}
+    for name, form in forms.items():
+        # One row of the result leaves the graph: the sum is not timed with the matmul.
+        product = tf.function(lambda form=form: tf.reduce_sum(tf.cast(form()[:1], tf.float32)))
+        seconds, _ = timed(lambda: product().numpy(), warmup=3, budget_seconds=5, min_steps=10)
+        gflops[name] = 2 * tokens * hidden * 4 * hidden / seconds / 1e9
+    return gflops
 
 
 def graph_op_events(logdir):

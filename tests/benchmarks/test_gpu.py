@@ -26,10 +26,13 @@ def test_the_tiny_benchmark_measures_every_path(tmp_path):
     assert [row["path"] for row in report["rows"]] == PATHS
     for row in report["rows"]:
         assert "error" not in row, row
-        assert row["sequences_per_second"] > 0 and row["device"].startswith("cpu")
+        assert row["sequences_per_second"] > 0 and row["sequences_per_second_per_step"] > 0
+        assert row["tflops"] > 0 and row["tflops_per_step"] > 0 and row["device"].startswith("cpu")
         assert (row["batch_size"], row["sequence_length"]) == (4, 32)
     assert report["model"]["num_layers"] == 2
-    # The table: a row per path, a column per workload.
+    # The table: two rows per path (the whole call, and the loss read each step), a column per workload.
     lines = result.stdout.splitlines()
-    assert "| path | train_32x128 |" in lines
-    assert all(any(line.startswith(f"| {path} | ") for line in lines) for path in PATHS)
+    assert "| path | timing | train_32x128 |" in lines
+    for path in PATHS:
+        for timing in ("whole call", "per step"):
+            assert any(line.startswith(f"| {path} | {timing} | ") and "TFLOP/s" in line for line in lines)
