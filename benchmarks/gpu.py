@@ -60,10 +60,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Python puts this script's folder first on the path, where a benchmark's name
 # could hide a module that a library imports (tests/benchmarks checks the names).
-# The folder goes last instead: `keras_paths` is found there.
+# The folder goes last instead: `keras_paths` and `timing` are found there.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 sys.path.append(str(Path(__file__).resolve().parent))
+
+from timing import cpu_model, write_json  # noqa: E402
 PATHS = ("kbert-jax", "kbert-jax-attention-dropout-0", "kbert-torch", "kbert-torch-compile", "keras-hub-jax",
          "keras-hub-torch", "transformers", "transformers-compile")
 WORKLOADS = {  # name: (training?, batch size, sequence length)
@@ -220,8 +222,6 @@ class KerasRunner:
 
     @staticmethod
     def _build(path, shape, length):
-        import keras
-
         if path.startswith("kbert"):
             import kbert
 
@@ -361,18 +361,7 @@ def _device():
 
         if torch.cuda.is_available():
             return f"gpu: {torch.cuda.get_device_name(0)}"
-    return f"cpu: {_cpu_model()}"
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as file:
-            for line in file:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return f"cpu: {cpu_model()}"
 
 
 def _backend_version():
@@ -387,19 +376,12 @@ def _backend_version():
     return {"torch": torch.__version__}
 
 
-def write_json(path, report):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".json.partial")
-    temporary.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(temporary, path)
-
-
 def format_row(row):
     if "error" in row:
         return f"{row['path']:<22} {row['workload']:<14} failed: {row['error']}"
     return (f"{row['path']:<22} {row['workload']:<14} {row['sequences_per_second']:>10,.1f} seq/s whole call "
-            f"({row['tflops']:.1f} TFLOP/s), {row['sequences_per_second_per_step']:>10,.1f} per step "
-            f"({row['tflops_per_step']:.1f} TFLOP/s)")
+            f"({row['tflops']:.3g} TFLOP/s), {row['sequences_per_second_per_step']:>10,.1f} per step "
+            f"({row['tflops_per_step']:.3g} TFLOP/s)")
 
 
 def table(report):
@@ -419,7 +401,7 @@ def table(report):
                     cells.append("failed")
                     continue
                 ratio = f", {row[rate] / reference[rate]:.2f}x" if reference else ""
-                cells.append(f"{row[rate]:,.1f} ({row[tflops]:.1f} TFLOP/s{ratio})")
+                cells.append(f"{row[rate]:,.1f} ({row[tflops]:.3g} TFLOP/s{ratio})")
             lines.append(f"| {path} | {timing} | {' | '.join(cells)} |")
     lines.append("(x: against transformers + torch.compile, timed the same way)")
     return "\n".join(lines)

@@ -35,7 +35,6 @@ instructions, fusions, and operations that move data to the host.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,8 @@ SCRIPTS = str(Path(__file__).resolve().parent)
 if sys.path and Path(sys.path[0]).resolve() == Path(SCRIPTS):
     del sys.path[0]
 sys.path.append(SCRIPTS)
+
+from timing import cpu_model, write_json  # noqa: E402
 
 BACKENDS = ("jax", "tensorflow", "torch")
 PATHS = ("kbert", "keras-hub")
@@ -210,24 +211,6 @@ def compiled_step(model):
         "host_callbacks": len(re.findall(r"custom_call_target=\"[^\"]*callback", text)),
         "state_arrays": len(jax.tree_util.tree_leaves(state)),
     }
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as file:
-            for line in file:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def write_json(path, report):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".json.partial")
-    temporary.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(temporary, path)
 
 
 def table(report):

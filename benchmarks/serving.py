@@ -36,7 +36,6 @@ import argparse
 import collections
 import json
 import os
-import platform
 import shutil
 import tempfile
 import threading
@@ -44,21 +43,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from timing import graph_op_events
+from timing import cpu_model, graph_op_events
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-
-def cpu_model():
-    """The CPU's model name, as `lscpu` shows it ("Model name"), else the platform's processor."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def percentiles(seconds):

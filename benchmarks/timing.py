@@ -1,5 +1,8 @@
 """Timing shared by the benchmarks' workers (kbert's environment and the peer one): no dependencies."""
 
+import json
+import os
+import platform
 import statistics
 import time
 
@@ -57,3 +60,23 @@ def graph_op_events(logdir):
                     op, _, op_type = name.rpartition(":")
                     if op and op_type and " " not in name and "/" in op:
                         yield name, op_type, line.name, event.duration_ps
+
+
+def cpu_model():
+    """The CPU's model name, as `lscpu` shows it ("Model name"), else the platform's processor."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_json(path, report):
+    """Writes `report` to `path` (a `Path`) whole or not at all: a run cut short leaves the last full file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.partial")
+    temporary.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(temporary, path)

@@ -8,7 +8,7 @@ A group runs whole on one worker, so a fixture is built once per group:
   longest tests, so they spread over the workers);
 - any other module is one group, so its module fixtures are built once.
 
-Memory (a worker stays near 5 GB at most): each process prints its peak at the end
+Memory (a worker of `make test` stays under 4 GB): each process prints its peak at the end
 (tests/memory.py); what a test frees goes back to the system, and when a
 module ends, the models and graphs only it held go too (`release_memory`);
 the few tests that build a gigabyte-sized model run in a process of their

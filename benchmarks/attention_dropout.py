@@ -1,0 +1,81 @@
+"""Does fine-tuning with attention dropout 0 keep BERT's quality? SST-2 and MRPC dev, a few seeds, 0.1 against 0.
+
+`attention_dropout=0` lets training attend through the backend's fused
+kernel (cuDNN's on a JAX GPU, PyTorch's scaled-dot-product attention);
+MosaicBERT and ModernBERT train so. This fine-tunes the same encoder on the
+same seeded subsets with both rates (the other dropout stays 0.1) and scores
+each task's dev split with `kbert.fine_tuning.fine_tune`, as `kbert train`
+does. Prints a table (each seed, the mean and the spread) and writes JSON
+row by row (default `benchmarks/results/attention_dropout.json`).
+
+    .venv/bin/python benchmarks/attention_dropout.py                    # about 25 minutes on 2 cores
+    .venv/bin/python benchmarks/attention_dropout.py --seeds 0 --tasks sst2
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from kbert.fine_tuning import RECIPES, fine_tune  # noqa: E402
+from timing import cpu_model, write_json  # noqa: E402
+
+# Short budgets: seeded subsets of the training splits, whole dev splits.
+BUDGETS = {
+    "sst2": {"max_examples": 3000, "epochs": 1, "sequence_length": 64},
+    "mrpc": {"max_examples": 1500, "epochs": 1, "sequence_length": 128},
+}
+RATES = (0.1, 0.0)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--encoder", default="all-minilm-l6-v2", help="a checkpoint (folder or name) or a preset")
+    parser.add_argument("--tasks", nargs="+", default=list(BUDGETS), choices=list(BUDGETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "attention_dropout.json")
+    args = parser.parse_args()
+    report = {"command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d"),
+              "cpu": cpu_model(), "cores": os.cpu_count(), "encoder": args.encoder, "budgets": BUDGETS,
+              "rows": []}
+    for task in args.tasks:
+        for seed in args.seeds:
+            for rate in RATES:
+                start = time.time()
+                with tempfile.TemporaryDirectory() as out:
+                    result = fine_tune(task, args.encoder, out, seed=seed, attention_dropout=rate, verbose=2,
+                                       **BUDGETS[task])
+                row = {"task": task, "seed": seed, "attention_dropout": rate,
+                       "metric": RECIPES[task].metric, "value": result[RECIPES[task].metric],
+                       "accuracy": result.get("accuracy"), "wall_seconds": time.time() - start}
+                report["rows"].append(row)
+                write_json(args.out, report)
+                print(f"{task} seed {seed} attention_dropout {rate}: {row['metric']} {row['value']:.4f}",
+                      flush=True)
+    print()
+    print(table(report))
+    print(f"\nwritten to {args.out}")
+
+
+def table(report):
+    """Per task and rate: each seed's dev metric, their mean and their spread (max - min)."""
+    lines = [f"{report['encoder']}, budgets {report['budgets']}; {report['cpu']}, {report['date']}",
+             "| task | metric | attention dropout | seeds | mean | spread |", "|---|---|---:|---|---:|---:|"]
+    for task in dict.fromkeys(row["task"] for row in report["rows"]):
+        for rate in RATES:
+            rows = [row for row in report["rows"] if row["task"] == task and row["attention_dropout"] == rate]
+            if not rows:
+                continue
+            values = [row["value"] for row in rows]
+            lines.append(f"| {task} | {rows[0]['metric']} | {rate} | "
+                         + ", ".join(f"{value:.4f}" for value in values)
+                         + f" | {statistics.mean(values):.4f} | {max(values) - min(values):.4f} |")
+    return "\n".join(lines)
+
+if __name__ == "__main__":
+    main()
