@@ -9,6 +9,7 @@ does. Prints a table (each seed, the mean and the spread) and writes JSON
 row by row (default `benchmarks/results/attention_dropout.json`).
 
     .venv/bin/python benchmarks/attention_dropout.py                    # about 25 minutes on 2 cores
+    .venv/bin/python benchmarks/attention_dropout.py --tasks mrpc --out benchmarks/results/attention_dropout_mrpc.json
     .venv/bin/python benchmarks/attention_dropout.py --seeds 0 --tasks sst2
 """
 
@@ -28,7 +29,7 @@ from timing import cpu_model, write_json  # noqa: E402
 # Short budgets: seeded subsets of the training splits, whole dev splits.
 BUDGETS = {
     "sst2": {"max_examples": 3000, "epochs": 1, "sequence_length": 64},
-    "mrpc": {"max_examples": 1500, "epochs": 1, "sequence_length": 128},
+    "mrpc": {"max_examples": 1500, "epochs": 3, "sequence_length": 128},
 }
 RATES = (0.1, 0.0)
 
