@@ -12,7 +12,7 @@ three:
 | `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad` | `torch.autograd.grad` |
 | `COMPILES_EACH_SHAPE` (batches padded to few widths) | no: one graph for all widths | yes: XLA compiles each | no: eager |
 | `random_state`, `restore_random_state` (kept by backups) | none: Keras' seed generators | none: Keras' seed generators | PyTorch's generators, which its dropout draws from |
-| `build_before_first_step` (optimizer, metrics and losses before `fit` traces its step) | built from the data's shapes: one trace, freed with the model | nothing: Keras builds them first | nothing: Keras builds them first |
+| `build_before_first_step` (optimizer, metrics and losses before `fit` traces its step) | built from the data's shapes: one trace, not two | nothing: Keras builds them first | nothing: Keras builds them first |
 
 Each backend's module gives these names; this module re-exports the ones of
 the backend Keras runs on. Each fast path is tested equal to the portable

@@ -137,7 +137,8 @@ def build_before_first_step(model, data=None):
     graphs of those traces stay in memory after the model is gone (about
     30 MB for a tiny BERT, more for larger ones): a process that trains
     several models, a notebook or a search over settings, grows with each.
-    Built here, the step is traced once and freed with its model. A
+    Built here, the step is traced once, and only the one graph TensorFlow
+    itself keeps of each traced step (about 15 MB for a tiny BERT) stays. A
     `tf.data.Dataset` tells the shapes the metrics and losses are built
     for, as Keras does itself under a strategy; for other data only the
     optimizer is built.
