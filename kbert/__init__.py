@@ -47,12 +47,25 @@ def _installed(name):
         return False
 
 
+def _is_the_kbert_command():
+    # The console script runs with argv[0] ending in `kbert`; `python -m
+    # kbert.cli` imports this package while argv[0] is still "-m".
+    first = sys.argv[0] if sys.argv else ""
+    return os.path.basename(first) in ("kbert", "kbert.exe") or first == "-m"
+
+
 # In the environment in any case: the `kbert` command's --backend changes it
 # before Keras loads, and what kbert loads follows it.
 os.environ["KERAS_BACKEND"] = _configured_backend() or next(
     (name for name in ("tensorflow", "jax", "torch") if _installed(name)), "tensorflow"
 )
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TensorFlow's C++ log: warnings and errors in a program that imports kbert;
+# none in the `kbert` command. On a machine without a GPU, TensorFlow logs
+# "failed call to cuInit" (and, on some CPUs, that oneDNN runs int64 ops on
+# other kernels) as errors on every healthy run, while the errors that
+# matter reach the command as exceptions, printed in one line. A
+# TF_CPP_MIN_LOG_LEVEL the user set wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3" if _is_the_kbert_command() else "2")
 _TENSORFLOW_LOADED_FIRST = "tensorflow" in sys.modules
 if not _TENSORFLOW_LOADED_FIRST:
     # TensorFlow turns its oneDNN kernels on only on CPUs with AVX-512 VNNI or
@@ -184,26 +197,23 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-def _is_the_kbert_command():
-    # The console script runs with argv[0] ending in `kbert`; `python -m
-    # kbert.cli` imports this package while argv[0] is still "-m".
-    first = sys.argv[0] if sys.argv else ""
-    return os.path.basename(first) in ("kbert", "kbert.exe") or first == "-m"
-
-
 def load_model(path):
     """Loads a kbert model saved with `model.save("name.keras")`.
 
     Loading is Keras' safe mode: no code in the file runs, and no path or
     URL named inside it is read (a vocabulary travels in the file). A file
     that is missing, a folder, or not a whole `.keras` archive (truncated,
-    corrupt) fails with one line naming it.
+    corrupt), or whose members declare more bytes than a model holds
+    (`kbert.safe_loading.LIMITS`), fails with one line naming it, before
+    anything in it is read.
     """
     import zipfile
 
     import keras
 
-    _check_keras_file(path)
+    from kbert.safe_loading import check_keras_file
+
+    check_keras_file(path)  # sizes bounded before Keras reads a byte
     _load()  # kbert's classes register with Keras when their modules load
     try:
         return keras.saving.load_model(path)
@@ -222,25 +232,6 @@ def _first_value_error(error):
     while error is not None and not isinstance(error, ValueError):
         error = error.__cause__ or error.__context__
     return error
-
-
-def _check_keras_file(path):
-    import zipfile
-
-    path = os.fspath(path)
-    if "://" in path:
-        return  # Keras reads remote files itself
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No model file at {path}.")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path} is a folder; give the model's .keras file.")
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a valid .keras file (not a whole zip archive: truncated or corrupt).")
-    with zipfile.ZipFile(path) as archive:
-        names = set(archive.namelist())
-    missing = sorted({"config.json", "metadata.json"} - names)
-    if missing:
-        raise ValueError(f"{path} is not a valid .keras file (it lacks {', '.join(missing)}).")
 
 
 __all__ = [

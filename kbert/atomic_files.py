@@ -3,12 +3,21 @@
 import json
 import math
 import os
+import re
 import shutil
 import uuid
 
 # Temporary files start with this, so they are hidden from a plain `ls`, never
 # match a checkpoint or backup name, and can be found and removed after a kill.
 TEMPORARY_PREFIX = ".tmp-"
+# The whole temporary name kbert makes: the prefix, 8 hex digits, a dash, then
+# the final name. Cleaning after a kill removes only these, never a user's
+# file that merely starts with ".tmp-".
+_TEMPORARY_NAME = re.compile(re.escape(TEMPORARY_PREFIX) + r"[0-9a-f]{8}-(?P<name>.+)")
+# The staging folder of `write_together` is `.tmp-<8 hex>-together`; this file
+# in it, written once every file of the group is complete, commits the group.
+_TOGETHER = "together"
+_COMMITTED = "committed.json"
 
 
 def write_atomically(path, write):
@@ -38,7 +47,7 @@ def write_atomically(path, write):
     """
     directory, name = os.path.split(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    temporary = os.path.join(directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex[:8]}-{name}")
+    temporary = _temporary_path(directory, name)
     try:
         write(temporary)
         if os.path.isdir(temporary):
@@ -108,15 +117,180 @@ def contains_path(folder, path):
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def remove_temporary_files(directory):
-    """Removes temporary files that a killed `write_atomically` left behind."""
+def remove_temporary_files(directory, names=None):
+    """Removes the temporary files that a killed `write_atomically` left in `directory`; their paths.
+
+    Only names kbert makes (`.tmp-`, 8 hex digits, a dash, the final name)
+    are removed, and with `names`, only those whose final name is one of them.
+    """
+    removed = []
     if not os.path.isdir(directory):
-        return
-    for name in os.listdir(directory):
-        if name.startswith(TEMPORARY_PREFIX):
-            path = os.path.join(directory, name)
-            if os.path.isfile(path):
+        return removed
+    for name in sorted(os.listdir(directory)):
+        match = _TEMPORARY_NAME.fullmatch(name)
+        path = os.path.join(directory, name)
+        if match and (names is None or match["name"] in names) and os.path.isfile(path) \
+                and not os.path.islink(path):
+            try:
                 os.remove(path)
+            except FileNotFoundError:
+                continue  # another worker of the same run removed it
+            removed.append(path)
+    return removed
+
+
+def write_together(directory, write, last):
+    """Writes a group of files into `directory`: where the file `last` is, the others beside it are of its group.
+
+    `write(staging)` writes the group's files into a new staging folder
+    inside `directory` (so that renames out of it are atomic). When it
+    returns, the files are flushed to disk and a marker written beside them
+    commits the group; then the old `last` is removed, the other files are
+    renamed into `directory`, and `last` is renamed in at the end. So `last`
+    is the group's completion marker:
+
+    - killed before the commit (in `write`, say), `directory` keeps its old
+      group untouched, and the staging folder is left for
+      `finish_interrupted_writes` to remove;
+    - killed after it, `directory` may lack `last` for a moment, never pair
+      an old `last` with new files; `finish_interrupted_writes` completes
+      the renames.
+
+    If `write` fails, the staging folder is removed and the error raised
+    again. New files and folders get the modes the umask gives (not the
+    private modes of `tempfile`).
+
+    Args:
+        directory: the folder the files belong in (made if missing).
+        write: a function that writes the group's files, each complete, into
+            the folder it is given.
+        last: the file name that marks a complete group (`metrics.json` of a
+            run folder); `write` must write it.
+    """
+    directory = os.path.abspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    staging = _temporary_path(directory, _TOGETHER)
+    os.mkdir(staging)
+    try:
+        write(staging)
+        names = os.listdir(staging)
+        if last not in names:
+            raise ValueError(f"{directory}: the files written together hold no {last}.")
+        for name in names:
+            _flush_to_disk(os.path.join(staging, name))
+        marker = os.path.join(staging, _COMMITTED)
+        write_text(marker, json.dumps({"last": last}) + "\n")
+        _flush_to_disk(marker)
+        _flush_to_disk(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _publish(directory, staging)
+
+
+def finish_interrupted_writes(directory, names=()):
+    """Completes or removes what killed writes left in `directory`, and says which.
+
+    - A `write_together` group that was committed is renamed into place (its
+      files were complete; only the renames were cut short).
+    - A group that was not is removed: its files may be partial, and the
+      old group in `directory` stands.
+    - A temporary file of a killed `write_atomically` of one of `names` is
+      removed.
+
+    Only the temporary names kbert makes are touched.
+
+    Returns:
+        `(finished, removed)`: the folders of the groups completed, and the
+        paths removed.
+    """
+    finished, removed = [], []
+    if not os.path.isdir(directory):
+        return finished, removed
+    for name in sorted(os.listdir(directory)):
+        match = _TEMPORARY_NAME.fullmatch(name)
+        path = os.path.join(directory, name)
+        if not match or match["name"] != _TOGETHER or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if os.path.isfile(os.path.join(path, _COMMITTED)):
+            _publish(directory, path)
+            finished.append(path)
+        else:
+            shutil.rmtree(path)
+            removed.append(path)
+    removed += remove_temporary_files(directory, names)
+    return finished, removed
+
+
+def _publish(directory, staging):
+    """Renames a committed group out of `staging` into `directory`, `last` at the end; safe to run again after a kill."""
+    with open(os.path.join(staging, _COMMITTED), encoding="utf-8") as file:
+        last = json.load(file)["last"]
+    waiting = sorted(name for name in os.listdir(staging) if name not in (_COMMITTED, last))
+    if waiting:
+        # Files of the new group are about to join the old `last`: it goes first.
+        old_last = os.path.join(directory, last)
+        if os.path.lexists(old_last):
+            os.remove(old_last)
+            _flush_to_disk(directory)
+        for name in waiting:
+            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+        _flush_to_disk(directory)
+    if os.path.lexists(os.path.join(staging, last)):
+        os.replace(os.path.join(staging, last), os.path.join(directory, last))
+        _flush_to_disk(directory)
+    shutil.rmtree(staging)
+
+
+def ordinary_modes(path):
+    """Gives `path`, and everything in it if a folder, the modes a new file or folder gets from the umask.
+
+    `tempfile.mkstemp` and `mkdtemp` make private files (0600) and folders
+    (0700) whatever the umask: fine for scratch space, wrong for what is
+    then published to the user (and to a server running as another user).
+    """
+    mask = umask()
+    for folder, folders, files in os.walk(path) if os.path.isdir(path) else ():
+        for name in folders:
+            os.chmod(os.path.join(folder, name), 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~mask)
+
+
+def make_folder_beside(path):
+    """A new, empty folder next to `path`, named `.tmp-<8 hex>-<name>`, with the umask's modes (not 0700).
+
+    For a folder that is filled and then renamed to `path`.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    while True:
+        folder = _temporary_path(directory, name)
+        try:
+            os.mkdir(folder)
+            return folder
+        except FileExistsError:
+            continue
+
+
+def umask():
+    """The process's umask, left as it is where the system shows it (Linux)."""
+    try:
+        with open("/proc/self/status") as file:
+            for line in file:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    # Elsewhere the only way to read it is to set it and set it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _temporary_path(directory, name):
+    return os.path.join(directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex[:8]}-{name}")
 
 
 def _flush_to_disk(path):

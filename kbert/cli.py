@@ -11,7 +11,7 @@ def _demo(args):
 
     demo.run(preset=args.preset, epochs=args.epochs, sequence_length=args.sequence_length,
              learning_rate=args.learning_rate, pretraining_steps=args.pretraining_steps,
-             export_dir=args.export_dir, verbose=2 if args.quiet else 1)
+             export_dir=args.export_dir, verbose=_verbosity(args))
 
 
 def _vocabulary(args):
@@ -26,20 +26,29 @@ def _vocabulary(args):
     print(f"Wrote {len(vocabulary)} tokens to {args.out}")
 
 
-def _read_or_learn_vocabulary(args, out_dir, prepared=None):
+def _read_or_learn_vocabulary(args, out_dir, prepared=None, lowercase=True):
     """The run's vocabulary: --vocabulary, or the run folder's, or the prepared folder's, or learned from the corpus."""
     import kbert
     from kbert.preprocessing.tokenizer import read_vocabulary
 
     saved = out_dir / "vocab.txt"
-    if args.vocabulary:
-        return read_vocabulary(args.vocabulary)
+    if args.vocabulary:  # its casing checked here, so that the error names the file
+        return read_vocabulary(args.vocabulary, lowercase=lowercase)
     if saved.exists():  # a resumed run keeps its vocabulary
-        return read_vocabulary(str(saved))
+        return read_vocabulary(str(saved), lowercase=lowercase)
     if prepared is not None:
         return read_vocabulary(os.path.join(prepared, "vocab.txt"))
     return kbert.learn_vocabulary(files=args.corpus, vocabulary_size=args.vocabulary_size,
                                   lowercase=not args.cased)
+
+
+def _verbosity(args):
+    """Keras' `verbose` for a command's `fit`: a progress bar on a terminal, else one plain line per epoch.
+
+    Keras draws its bar with escape codes and carriage returns, which fill
+    a log file or a pipe with control characters.
+    """
+    return 1 if sys.stdout.isatty() and not args.quiet else 2
 
 
 def _write_lines_atomically(path, lines):
@@ -66,6 +75,7 @@ def _pretrain(args):
     import keras
 
     import kbert
+    from kbert.atomic_files import remove_temporary_files
     from kbert.data.pretraining import prepared_folder, read_metadata
     from kbert.distribute import write_on_chief
 
@@ -74,7 +84,10 @@ def _pretrain(args):
     prepared = prepared_folder(args.corpus)
     lowercase = read_metadata(prepared)["lowercase"] if prepared else not args.cased
     out_dir.mkdir(parents=True, exist_ok=True)
-    vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared)
+    for path in remove_temporary_files(out_dir, ("pretrainer.keras", "vocab.txt")):
+        print(f"{out_dir}: removed {path}, a partial file of an earlier run that was interrupted.",
+              file=sys.stderr)
+    vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared, lowercase)
     if not (out_dir / "vocab.txt").exists():
         _write_lines_atomically(out_dir / "vocab.txt", vocabulary)
     sequence_length = args.sequence_length
@@ -87,6 +100,7 @@ def _pretrain(args):
         document_boundary=args.document_boundary, seed=args.seed, lowercase=lowercase,
     )
     sequence_length = data.element_spec[0]["token_ids"].shape[1]
+    _say_how_often_examples_repeat(data.kbert_num_examples, args.steps_per_epoch, args.batch_size)
     keras.utils.set_random_seed(args.seed)
     overrides = {name: getattr(args, name) for name in ("embedding_size", "num_groups", "attention_dropout")
                  if getattr(args, name) is not None}
@@ -105,11 +119,21 @@ def _pretrain(args):
         every=100,
     ))
     pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
-                   verbose=2 if args.quiet else 1)
+                   verbose=_verbosity(args))
     model_path = out_dir / "pretrainer.keras"
     write_on_chief(str(model_path), pretrainer.save)  # the other workers' copies are removed
     print(f"Saved {model_path} (encoder and heads) and {out_dir / 'vocab.txt'}.\n"
           f"Try: kbert fill-mask {out_dir} \"the king [MASK] the crown.\"")
+
+
+def _say_how_often_examples_repeat(examples, steps_per_epoch, batch_size):
+    """One line when --steps-per-epoch reads the corpus' examples more than once an epoch."""
+    if not examples or not steps_per_epoch or steps_per_epoch * batch_size <= examples:
+        return
+    read = steps_per_epoch * batch_size
+    print(f"kbert pretrain: note: the corpus gives {examples:,} examples, and an epoch of "
+          f"--steps-per-epoch {steps_per_epoch} at --batch-size {batch_size} reads {read:,}: each "
+          f"example is read about {read / examples:.1f} times an epoch.", file=sys.stderr, flush=True)
 
 
 def _strategy_scope(args):
@@ -145,7 +169,7 @@ def _prepare_pretraining(args):
     if os.path.exists(args.out) and not args.overwrite:
         raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it.")
     metadata = prepare_pretraining_data(
-        args.corpus, args.out, vocabulary=read_vocabulary(args.vocabulary),
+        args.corpus, args.out, vocabulary=read_vocabulary(args.vocabulary, lowercase=not args.cased),
         sequence_length=args.sequence_length, objective=args.objective,
         document_boundary=args.document_boundary, seed=args.seed, lowercase=not args.cased,
         examples_per_shard=args.examples_per_shard, overwrite=args.overwrite,
@@ -173,7 +197,7 @@ def _fill_mask(args):
     if not model_path.exists():
         raise FileNotFoundError(f"No model at {model_path}.")
     fill = kbert.fill_mask(kbert.load_model(str(model_path)), vocabulary=vocabulary,
-                           top_k=args.top_k)
+                           top_k=args.top_k, lowercase=not args.cased)
     _print_fills(fill, args.texts)
 
 
@@ -201,8 +225,8 @@ def _train(args):
         args.task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
         batch_size=args.batch_size, sequence_length=args.sequence_length,
         learning_rate=args.learning_rate, max_examples=args.max_examples,
-        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
-        source=args.source, attention_dropout=args.attention_dropout,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=_verbosity(args),
+        source=args.source, attention_dropout=args.attention_dropout, lowercase=not args.cased,
     )
     _print_metrics(result)
     _print_saved(args.out)
@@ -218,7 +242,7 @@ def _distill(args):
         general_steps=args.general_steps, layerwise_epochs=args.layerwise_epochs,
         temperature=args.temperature, alpha=args.alpha, epochs=args.epochs,
         batch_size=args.batch_size, learning_rate=args.learning_rate, max_examples=args.max_examples,
-        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=_verbosity(args),
     )
     _print_metrics(result)
     print(f"  parameters       {result['parameters']:,} (teacher {result['teacher_parameters']:,})")
@@ -233,7 +257,7 @@ def _prune(args):
         args.task, args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
         rewind=args.rewind, epochs=args.epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_examples=args.max_examples,
-        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=2 if args.quiet else 1,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=_verbosity(args),
     )
     _print_metrics(result)
     report = result["sparsity"]
@@ -243,7 +267,10 @@ def _prune(args):
 
 
 def _print_saved(out):
-    print(f"Saved {out}/model.keras and {out}/metrics.json (TensorBoard: tensorboard --logdir {out}/tensorboard).")
+    # TensorBoard on the folder that holds the run compares it with the runs beside it.
+    runs = os.path.dirname(os.path.normpath(out)) or "."
+    print(f"Saved {out}/model.keras and {out}/metrics.json.\n"
+          f"Compare it with the runs beside it: tensorboard --logdir {runs}")
 
 
 def _evaluate(args):
@@ -262,9 +289,14 @@ def _evaluate(args):
 
 def _print_metrics(result):
     print(f"{result['task']} ({result['split']}, {result['examples']:,} examples):")
-    for key, value in result.items():
-        if isinstance(value, float):
-            print(f"  {key:<16} {value:.4f}")
+    from kbert.fine_tuning import CLASS_SCORES
+
+    positive = result.get("positive_class")  # precision, recall and F1 are this class's
+    scores = {f"{key} ({positive})" if positive and key in CLASS_SCORES else key: value
+              for key, value in result.items() if isinstance(value, float)}
+    width = max(map(len, scores), default=0)
+    for label, value in scores.items():
+        print(f"  {label:<{width}} {value:.4f}")
 
 
 def _export(args):
@@ -305,7 +337,7 @@ def _predict(args):
         raise ValueError("Give texts as arguments or with --file.")
     from kbert.serving import SavedModelPredictor
 
-    predictor = SavedModelPredictor(args.saved_model)
+    predictor = SavedModelPredictor(args.saved_model, trust=args.trust)
     for example in predictor.predict_texts(texts):
         print(json.dumps(example, ensure_ascii=False))
 
@@ -321,16 +353,23 @@ def _argument_bytes(text):
 
 
 def _read_lines(path):
-    """The lines of a file or of standard input (`-`), as bytes, without their line ends."""
+    """The lines of a file or of standard input (`-`), as bytes, without their line ends.
+
+    Lines end as in every text file kbert reads (LF, CRLF or CR; a leading
+    byte-order mark removed: `kbert.text_files`), but the bytes are sent as
+    they are: a model server takes whatever a client sends.
+    """
+    import re
+
     if path == "-":
         data = sys.stdin.buffer.read()
     else:
         with open(path, "rb") as file:
             data = file.read()
-    lines = data.split(b"\n")
+    lines = re.split(rb"\r\n|\r|\n", data.removeprefix(b"\xef\xbb\xbf"))
     if lines[-1] == b"":  # after the last line's end, or an empty file
         lines.pop()
-    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    return lines
 
 
 def _presets(args):
@@ -563,6 +602,8 @@ def build_parser():
     fill_mask.add_argument("--vocabulary",
                            help="vocab.txt for a .keras file (default: the run folder's)")
     fill_mask.add_argument("--top-k", type=_positive_int, default=5, help="tokens shown per [MASK]")
+    fill_mask.add_argument("--cased", action="store_true",
+                           help="keep case and accents: the vocabulary is cased (pretrain --cased)")
     _add_backend_argument(fill_mask)
 
     train = command("train", "fine-tune on a task's data set, evaluate, save", _train)
@@ -573,6 +614,9 @@ def build_parser():
                             "bert_base_en_uncased), a `kbert pretrain` run folder, or a .keras file")
     train.add_argument("--vocabulary", help="vocab.txt for a preset or .keras encoder "
                                             "(default for presets: bert-base-uncased's)")
+    train.add_argument("--cased", action="store_true",
+                       help="keep case and accents: the vocabulary (--vocabulary, or a pretraining "
+                            "run's vocab.txt) is cased")
     train.add_argument("--out", required=True, help="run folder: model.keras, metrics.json, tensorboard/")
     train.add_argument("--overwrite", action="store_true", help=run_overwrite)
     train.add_argument("--epochs", type=_positive_int, default=3, help="epochs to train")
@@ -689,6 +733,10 @@ def build_parser():
     predict.add_argument("--file", help="read the texts from this file, one per line, after any "
                                         "given as arguments ('-': standard input); bytes are sent "
                                         "as they are, whatever their encoding")
+    predict.add_argument("--trust", action="store_true",
+                         help="run a SavedModel whose ops are not all on kbert's list of safe ops (one that "
+                              "can read or write files, reach the network or run programs): only for a "
+                              "model whose source you trust")
 
     presets = command("presets", "list encoder sizes and parameter counts", _presets)
     presets.add_argument("--vocabulary-size", type=_positive_int, default=30522,
@@ -716,6 +764,11 @@ def _run(args):
     try:
         _check_arguments(args)
         _use_backend(args)
+        _show_kbert_warnings_in_one_line(args.command)
+        if args.command != "presets":
+            from kbert.tensorflow_support import import_tensorflow_quietly
+
+            import_tensorflow_quietly()
         with _strategy_scope(args):
             args.run(args)
         return 0
@@ -727,6 +780,21 @@ def _run(args):
             raise
         print(f"kbert {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
+
+
+def _show_kbert_warnings_in_one_line(command):
+    """kbert's own warnings as `kbert COMMAND: warning: ...`, not Python's two lines with a source path."""
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    python_format = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not os.path.abspath(filename).startswith(package + os.sep):
+            return python_format(message, category, filename, lineno, file, line)
+        print(f"kbert {command}: warning: {_one_line(message)}", file=file or sys.stderr, flush=True)
+
+    warnings.showwarning = show
 
 
 _INTERRUPTED = {

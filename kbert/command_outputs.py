@@ -8,18 +8,25 @@ The rules the commands follow (docs/cli.rst, "What a command may replace"):
 - what is replaced is written aside and renamed into place
   (`kbert.atomic_files`), and a run folder's older TensorBoard logs are moved
   aside, never deleted;
+- a run folder's model and metrics are written together (`write_run`): its
+  `metrics.json` is the mark of a finished run, and where it is, the
+  `model.keras` beside it is of the same run; what a killed run left is
+  cleaned by the next run of the folder (`start_run_folder`);
 - an output never is, holds or lies in one of the command's own inputs;
 - a folder a failed command made and left empty is removed
   (`remove_empty_folders`).
 """
 
 import os
+import sys
 import time
 
-from kbert.atomic_files import contains_path
+from kbert.atomic_files import contains_path, finish_interrupted_writes, write_together
 
-# The files of a `kbert train`, `distill` or `prune` run folder.
+# The files of a `kbert train`, `distill` or `prune` run folder; the last,
+# written last, marks a finished run (as in run folders of every kbert version).
 RUN_FILES = ("model.keras", "metrics.json")
+RUN_MODEL, RUN_METRICS = RUN_FILES
 RUN_LOGS = "tensorboard"
 # Where a run folder's earlier TensorBoard logs are moved: `DIR/earlier-runs/<time>/tensorboard`.
 EARLIER_RUNS = "earlier-runs"
@@ -60,10 +67,12 @@ def check_writable(path, flag):
         raise PermissionError(f"{flag} {path}: {existing} is not writable.")
 
 
-def start_run_folder(out, overwrite, inputs=(), flag="--out"):
+def start_run_folder(out, overwrite, inputs=(), flag="--out", report=None):
     """Readies the run folder `out` of `kbert train`, `distill` or `prune`, before any work.
 
-    A folder holding a finished run (`model.keras`, `metrics.json`) needs
+    What a killed run left is cleaned first, and said in one line to
+    `report` (default: stderr; `clean_run_folder`). A folder holding a run
+    (`metrics.json`, or a `model.keras` of a run that never finished) needs
     `overwrite`, and then must not hold the command's inputs there. The
     TensorBoard logs of an earlier run (finished or interrupted) are moved to
     `out/earlier-runs/<time>/`, so the new run's curves start clean.
@@ -72,10 +81,14 @@ def start_run_folder(out, overwrite, inputs=(), flag="--out"):
         A line saying what was moved aside, or None.
     """
     check_output_folder(out, flag)
-    finished = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
-    if finished and not overwrite:
-        raise FileExistsError(f"{flag} {out} holds a finished run ({', '.join(finished)}); pass "
-                              f"--overwrite to replace it, or choose another {flag}.")
+    clean_run_folder(out, report)
+    present = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
+    metrics = RUN_METRICS in present
+    if present and not overwrite:
+        held = (f"a finished run ({', '.join(present)})" if metrics
+                else f"the {RUN_MODEL} of a run that did not finish (no {RUN_METRICS})")
+        raise FileExistsError(f"{flag} {out} holds {held}; pass --overwrite to replace it, or choose "
+                              f"another {flag}.")
     replaced = [os.path.join(out, name) for name in RUN_FILES + (RUN_LOGS,)]
     for path in inputs:
         if any(contains_path(target, path) for target in replaced):
@@ -92,9 +105,55 @@ def start_run_folder(out, overwrite, inputs=(), flag="--out"):
     os.makedirs(earlier_run)
     aside = os.path.join(earlier_run, RUN_LOGS)
     os.rename(logs, aside)
-    earlier = "a finished run, replaced" if finished else "an unfinished run (interrupted?)"
+    earlier = "a finished run, replaced" if metrics else "an unfinished run (interrupted?)"
     return (f"{out} held {earlier}: its TensorBoard logs are now in {aside}, and this run starts from "
             "the beginning.")
+
+
+def clean_run_folder(out, report=None):
+    """Completes or removes what a killed run left in the run folder `out`, and says so in one line.
+
+    A run killed before its files were complete left a staging folder (and,
+    from kbert versions before this one, temporary `.tmp-*-model.keras`
+    files): they are removed, and the folder holds the run before it, if any.
+    A run killed while its complete files were being renamed into place is
+    completed. Nothing that kbert did not name is touched.
+
+    Args:
+        report: called with the line; default: print it on stderr.
+
+    Returns:
+        The line, or None when there was nothing to clean.
+    """
+    finished, removed = finish_interrupted_writes(out, RUN_FILES)
+    if not finished and not removed:
+        return None
+    if finished:
+        line = (f"{out}: an earlier run was interrupted while its files were put in place; it is now "
+                "complete")
+        if removed:
+            line += ", and the partial files of another were removed"
+    else:
+        line = f"{out}: an earlier run was interrupted before it finished; its partial files were removed"
+    line += (f" (the folder holds the run of its {RUN_METRICS})."
+             if os.path.exists(os.path.join(out, RUN_METRICS)) else ".")
+    (report or _print_to_stderr)(line)
+    return line
+
+
+def write_run(out, write):
+    """Writes a run's files into the run folder `out` together: all of them, or none (`kbert.atomic_files.write_together`).
+
+    `write(folder)` writes `model.keras` and `metrics.json` into `folder`, a
+    staging folder inside `out`; they replace the old ones only once both
+    are complete. Killed before that, `out` keeps its earlier run whole, and
+    the next `start_run_folder` removes the partial files.
+    """
+    write_together(out, write, last=RUN_METRICS)
+
+
+def _print_to_stderr(line):
+    print(line, file=sys.stderr, flush=True)
 
 
 def remove_empty_folders(path):

@@ -2,9 +2,10 @@
 
 Each run reads a fine-tuned task model (the `model.keras` of `kbert train`),
 trains on the task's training split (see `kbert.fine_tuning.RECIPES`), and
-writes a run folder as `kbert train` does: `model.keras`, `metrics.json`
-(the evaluation split's metrics, the settings, the budget) and
-`tensorboard/` (each loss part its own scalar).
+writes a run folder as `kbert train` does: `model.keras` and `metrics.json`
+(the evaluation split's metrics, the settings, the budget), written together
+(`kbert.command_outputs.write_run`), and `tensorboard/` (each loss part its
+own scalar).
 """
 
 import os
@@ -12,7 +13,8 @@ import time
 
 import numpy as np
 
-from kbert.atomic_files import json_text, write_atomically, write_text
+from kbert.atomic_files import json_text, write_text
+from kbert.command_outputs import clean_run_folder, write_run
 from kbert.fine_tuning import evaluate_task, load_split, recipe, take
 
 STUDENT_LAYERS_PREFIX = "layers:"
@@ -74,7 +76,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
         teacher = kbert.load_model(teacher_path)
     if not isinstance(teacher, kbert.Classifier):
         raise ValueError(f"The teacher must be a kbert.Classifier, got {type(teacher).__name__}.")
-    os.makedirs(out, exist_ok=True)
+    _start_run(out)
     settings = {"task": name, "teacher": teacher_path, "student": str(student),
                 "transfer_examples": transfer_examples, "general_steps": general_steps,
                 "layerwise_epochs": layerwise_epochs, "temperature": temperature, "alpha": alpha,
@@ -112,9 +114,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
     )
     seconds = time.time() - start
     model = distiller.student
-    write_atomically(os.path.join(out, "model.keras"), model.save)
-    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)
-    result = {
+    return _write_run(out, model, name, max_eval_examples, batch_size, lambda metrics: {
         **metrics,
         "parameters": model.count_params(),
         "teacher_parameters": teacher.count_params(),
@@ -122,9 +122,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
         "final_train_loss": float(history.history["loss"][-1]),
         "budget": budget,
         "settings": settings,
-    }
-    _write_json(os.path.join(out, "metrics.json"), result)
-    return result
+    })
 
 
 def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=False, epochs=1,
@@ -152,7 +150,7 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
         raise ValueError(f"`heads` is the share of heads to remove, in [0, 1); got {heads}.")
     if not sparsity and not heads:
         raise ValueError("Nothing to prune: give a weight sparsity, a share of heads, or both.")
-    os.makedirs(out, exist_ok=True)
+    _start_run(out)
     settings = {"task": name, "model": model_path, "sparsity": sparsity, "heads": heads,
                 "scope": scope, "rewind": rewind, "epochs": epochs, "batch_size": batch_size,
                 "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
@@ -172,18 +170,14 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
     model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=verbose, validation_data=validation,
               callbacks=callbacks)
     seconds = time.time() - start
-    write_atomically(os.path.join(out, "model.keras"), model.save)
-    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size)
-    result = {
+    return _write_run(out, model, name, max_eval_examples, batch_size, lambda metrics: {
         **metrics,
         "parameters_before": parameters_before,
         "parameters": model.count_params(),
         "sparsity": kbert.compression.sparsity(model),
         "train_seconds": seconds,
         "settings": settings,
-    }
-    _write_json(os.path.join(out, "metrics.json"), result)
-    return result
+    })
 
 
 def student_encoder(student, teacher, seed=0):
@@ -263,5 +257,20 @@ def _layerwise(teacher, student, texts, batch_size, log_dir, verbose, steps=None
     return distiller.student
 
 
-def _write_json(path, result):
-    write_atomically(path, lambda temporary: write_text(temporary, json_text(result)))
+def _start_run(out):
+    os.makedirs(out, exist_ok=True)
+    clean_run_folder(out)  # what a killed run left (the commands have done so already)
+
+
+def _write_run(out, model, task, max_eval_examples, batch_size, result):
+    """Saves `model`, evaluates it, writes `result(metrics)` to `metrics.json`: into `out` together, or not at all."""
+    written = {}
+
+    def write(folder):
+        model.save(os.path.join(folder, "model.keras"))
+        metrics = evaluate_task(model, task, max_examples=max_eval_examples, batch_size=batch_size)
+        written.update(result(metrics))
+        write_text(os.path.join(folder, "metrics.json"), json_text(written))
+
+    write_run(out, write)
+    return written

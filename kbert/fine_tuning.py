@@ -70,6 +70,30 @@ RECIPES = {
 }
 
 
+# The scores of one class, which two-class tasks report for their positive
+# class: TensorBoard names them with it, `score/test_f1_spam`.
+CLASS_SCORES = ("precision", "recall", "f1")
+
+
+def score_name(split, key, positive_class=None):
+    """A score's name in TensorBoard (`score/<name>`): `<split>_<key>`, and the class for a score of one class.
+
+    >>> score_name("test", "f1", "spam"), score_name("dev", "accuracy", "paraphrase")
+    ('test_f1_spam', 'dev_accuracy')
+    """
+    if positive_class is not None and key in CLASS_SCORES:
+        return f"{split}_{key}_{positive_class}"
+    return f"{split}_{key}"
+
+
+def positive_class(info):
+    """The name of the class whose precision, recall and F1 a two-class recipe reports; None for others."""
+    class_names = dict(info.builder_arguments).get("class_names")
+    if class_names is None or len(class_names) != 2:
+        return None
+    return class_names[dict(info.report_arguments).get("positive_class", 1)]
+
+
 def recipe(name):
     """`(name, Recipe)` of a data set name, forgiving case, dashes and underscores."""
     key = str(name).lower().replace("-", "").replace("_", "")
@@ -132,11 +156,12 @@ def take(x, y, count, seed=0):
 
 
 def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learning_rate=None,
-                     attention_dropout=None):
+                     attention_dropout=None, lowercase=True):
     """The task's model from a preset name, a checkpoint (folder or name), or a `kbert.Encoder`.
 
     `attention_dropout`, when given, replaces the encoder's rate of dropout
-    of attention probabilities.
+    of attention probabilities. `lowercase` is the tokenizer's, for a
+    `vocabulary` of tokens or a vocab.txt.
     """
     import kbert
     from kbert.builders import TASK_BUILDERS
@@ -154,7 +179,8 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
         else:
             arguments["attention_dropout"] = attention_dropout
     model = TASK_BUILDERS[info.builder](
-        encoder, vocabulary=vocabulary, sequence_length=sequence_length, **arguments
+        encoder, vocabulary=vocabulary, sequence_length=sequence_length, lowercase=lowercase,
+        **arguments
     )
     if learning_rate is not None:
         model.compile(learning_rate=learning_rate)
@@ -177,8 +203,10 @@ def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, s
     x, y = take(*load_split(name, split, source), max_examples)
     arguments = dict(info.report_arguments)
     report = model.evaluate_report(x, y, batch_size=batch_size, **arguments)
-    return {"task": name, "split": split, "source": source,
-            "examples": len(y) if y is not None else len(x), **report}
+    result = {"task": name, "split": split, "source": source, "examples": len(y) if y is not None else len(x)}
+    if positive_class(info) is not None:
+        result["positive_class"] = positive_class(info)  # whose precision, recall and F1 these are
+    return {**result, **report}
 
 
 def resolve_encoder(encoder, vocabulary=None):
@@ -242,8 +270,11 @@ def _write_projector(classifier, texts, labels, run_dir, batch_size):
 
 def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequence_length=None,
               learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1,
-              source="local", attention_dropout=None):
+              source="local", attention_dropout=None, lowercase=True):
     """Fine-tunes on a task's training split, evaluates, and writes a run folder.
+
+    `lowercase=False` (`kbert train --cased`) keeps the case of the text, for
+    a cased `vocabulary` (or a pretraining run's cased vocab.txt).
 
     `source` is where the data comes from: "local" (the canonical files) or
     "tfds" (TensorFlow Datasets; see `load_split`). `fit` validates on the task's dev split (`Recipe.fit_validation_split`:
@@ -252,9 +283,11 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     `attention_dropout`, when given, replaces the encoder's dropout rate of
     attention probabilities (see `kbert.Encoder`).
 
-    `out` gets `model.keras` (the fitted model, written atomically),
-    `metrics.json` (the evaluation split's metrics, the settings, examples
-    seen and wall time) and `tensorboard/`:
+    `out` gets `model.keras` (the fitted model), `metrics.json` (the
+    evaluation split's metrics, the settings, examples seen and wall time),
+    both written together (`kbert.command_outputs.write_run`: killed before
+    both are complete, `out` keeps its earlier run), and `tensorboard/`,
+    written as the run goes:
 
     - `train/` and `validation/`: the loss, the metrics and the learning
       rate per epoch (`epoch/...`), and every 50 steps (`steps/...`;
@@ -267,7 +300,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
       `train/` gets the attention maps of the first validation text at each
       epoch end (`kbert.callbacks.AttentionMapLogger`);
     - `hparams/`: the settings, the final epoch's logs and the evaluation
-      split's scores (`score/dev_accuracy`, `score/test_f1`, ..., and the
+      split's scores (`score/dev_accuracy`, `score/test_f1_spam`, ..., and the
       task's metric first as `score`) for TensorBoard's HParams dashboard
       (`kbert.callbacks.HParamsLogger`), in a row named after the run.
 
@@ -278,10 +311,13 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
 
     import kbert
     from kbert.atomic_files import json_text, write_text
-    from kbert.distribute import write_on_chief
+    from kbert.command_outputs import clean_run_folder
+    from kbert.distribute import is_chief
 
     name, info = recipe(task)
     os.makedirs(out, exist_ok=True)
+    if is_chief():
+        clean_run_folder(out)  # what a killed run left (`kbert train` has done so already)
     # Everything that changes the result, for metrics.json and the HParams dashboard.
     settings = {"task": name, "encoder": str(encoder), "epochs": epochs, "batch_size": batch_size,
                 "sequence_length": sequence_length or info.sequence_length,
@@ -290,7 +326,12 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
                 "source": source}
     keras.utils.set_random_seed(seed)
     encoder, vocabulary = resolve_encoder(encoder, vocabulary)
-    model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate, attention_dropout)
+    if not lowercase and not isinstance(vocabulary, (str, os.PathLike, list, tuple)):
+        raise ValueError(f"--cased applies to a vocabulary file (--vocabulary, or a pretraining run's "
+                         f"vocab.txt); {settings['encoder']!r} comes with a vocabulary whose casing is "
+                         "fixed: give --vocabulary, or drop --cased.")
+    model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate, attention_dropout,
+                             lowercase)
     settings["attention_dropout"] = model.encoder.attention_dropout
     schedule = getattr(model.optimizer, "_learning_rate", None)
     # The rate used, also when it is the model's default for the encoder width.
@@ -299,7 +340,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     validation_x, validation_y = take(*load_split(name, info.fit_validation_split, source),
                                       max_eval_examples)
     log_dir = os.path.join(out, "tensorboard")
-    hparams = kbert.callbacks.HParamsLogger(log_dir, settings, headline=f"{info.eval_split}_{info.metric}")
+    hparams = kbert.callbacks.HParamsLogger(
+        log_dir, settings, headline=score_name(info.eval_split, info.metric, positive_class(info)))
     callbacks = [
         kbert.callbacks.LearningRateLogger(),
         kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50),
@@ -319,22 +361,46 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
         validation_data=validation_x if validation_y is None else (validation_x, validation_y),
     )
     seconds = time.time() - start
-    # Under several workers each one saves; only the chief's files stay.
-    write_on_chief(os.path.join(out, "model.keras"), model.save)
-    metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size,
-                            source=source)
-    hparams.log_metrics({f"{metrics['split']}_{key}": value for key, value in metrics.items()
-                         if isinstance(value, float)})
-    if info.builder == "classifier":
-        _write_projector(model, validation_x, validation_y, os.path.join(log_dir, "validation"), batch_size)
-    result = {
-        **metrics,
-        "train_examples": len(y) if y is not None else len(x),
-        "train_seconds": seconds,
-        "final_train_loss": float(history.history["loss"][-1]),
-        "validation_split": info.fit_validation_split,
-        "settings": settings,
-    }
-    write_on_chief(os.path.join(out, "metrics.json"),
-                   lambda path: write_text(path, json_text(result)))
+    result = {}
+
+    def write(folder):
+        model.save(os.path.join(folder, "model.keras"))
+        metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size,
+                                source=source)
+        hparams.log_metrics({score_name(metrics["split"], key, metrics.get("positive_class")): value
+                             for key, value in metrics.items() if isinstance(value, float)})
+        if info.builder == "classifier":
+            _write_projector(model, validation_x, validation_y, os.path.join(log_dir, "validation"),
+                             batch_size)
+        result.update({
+            **metrics,
+            "train_examples": len(y) if y is not None else len(x),
+            "train_seconds": seconds,
+            "final_train_loss": float(history.history["loss"][-1]),
+            "validation_split": info.fit_validation_split,
+            "settings": settings,
+        })
+        write_text(os.path.join(folder, "metrics.json"), json_text(result))
+
+    # The model and its metrics replace the folder's earlier run together, or not at all.
+    write_run_on_chief(out, write)
     return result
+
+
+def write_run_on_chief(out, write):
+    """`kbert.command_outputs.write_run(out, write)` on the chief; the other workers write into a copy, then removed.
+
+    Every worker runs `write` (saving and evaluating are collective under
+    several workers); only the chief's files are kept.
+    """
+    from kbert.command_outputs import write_run
+    from kbert.distribute import is_chief, remove_worker_directory, worker_directory
+
+    if is_chief():
+        write_run(out, write)
+        return
+    folder = worker_directory(out)
+    try:
+        write(folder)
+    finally:
+        remove_worker_directory(folder, out)

@@ -10,7 +10,10 @@ import it; where it is not installed, asking for them raises
 """
 
 import functools
+import os
+import re
 import sys
+import tempfile
 
 INSTALL = "pip install tensorflow tensorflow-text"
 
@@ -35,6 +38,45 @@ def tensorflow_installed():
     except ImportError:
         return False
     return True
+
+
+# What TensorFlow's C++ side writes to stderr while it loads, before its log
+# level applies (absl's logging is not initialized yet, so the lines come
+# whatever TF_CPP_MIN_LOG_LEVEL says): info lines such as "oneDNN custom
+# operations are on" and "Could not find cuda drivers", and absl's banner that
+# says so. Nothing in them asks a user to act; warnings and errors pass.
+_LOAD_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+    r"|I\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] "
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$"
+)
+
+
+def import_tensorflow_quietly():
+    """Imports TensorFlow (where installed) without the info lines its C++ side prints while loading.
+
+    Other lines it writes to stderr meanwhile (warnings, errors) are passed
+    on. For the `kbert` command: a healthy run prints nothing that reads
+    like an alarm. Does nothing where TensorFlow is loaded already.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)  # C++ writes to the descriptor, not to sys.stderr
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            pass  # a jax or torch install without TensorFlow: `tensorflow_installed` says so
+        finally:
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not _LOAD_NOISE.match(line.rstrip("\n")):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def require_tensorflow(feature):

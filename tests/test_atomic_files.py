@@ -2,12 +2,14 @@
 
 import json
 import os
+import shutil
 
 import keras
 import pytest
 
 import kbert
-from kbert.atomic_files import TEMPORARY_PREFIX, SavesAtomically, contains_path, json_text
+from kbert.atomic_files import (TEMPORARY_PREFIX, SavesAtomically, contains_path, finish_interrupted_writes, json_text,
+                                write_together)
 from tests.test_case import TINY_VOCABULARY, file_size_limit, folder_state, tiny_encoder_kwargs
 
 
@@ -74,3 +76,71 @@ def test_contains_path_follows_links(tmp_path):
     assert contains_path(tmp_path / "corpus", tmp_path / "link" / "a.txt")
     assert not contains_path(tmp_path / "corpus", tmp_path / "corpus-2")
     assert not contains_path(tmp_path / "corpus" / "a.txt", tmp_path / "corpus")
+
+
+def write_pair(tag):
+    """A `write_together` write: a model and the metrics that name it."""
+
+    def write(folder):
+        with open(os.path.join(folder, "model.keras"), "w") as file:
+            file.write(tag)
+        with open(os.path.join(folder, "metrics.json"), "w") as file:
+            json.dump({"model": tag}, file)
+
+    return write
+
+
+def consistent(folder):
+    """Whether `folder`'s metrics.json, where there is one, names the model.keras beside it."""
+    metrics = folder / "metrics.json"
+    return not metrics.exists() or json.loads(metrics.read_text())["model"] == (folder / "model.keras").read_text()
+
+
+@pytest.mark.parametrize("killed_at", [0, 1, 2, 3])
+def test_files_written_together_never_pair_across_runs_and_a_cut_publication_is_completed(tmp_path, monkeypatch,
+                                                                                      killed_at):
+    write_together(tmp_path, write_pair("old"), last="metrics.json")
+    calls = []
+
+    def dies_at_step(function):  # the process dies at step `killed_at` of putting the new files in place
+        def step(*args, **kwargs):
+            if len(calls) == killed_at:
+                raise KeyboardInterrupt
+            calls.append(args)
+            return function(*args, **kwargs)
+
+        return step
+
+    for module, name in [(os, "remove"), (os, "replace"), (shutil, "rmtree")]:
+        monkeypatch.setattr(module, name, dies_at_step(getattr(module, name)))
+    with pytest.raises(KeyboardInterrupt):
+        write_together(tmp_path, write_pair("new"), last="metrics.json")
+    monkeypatch.undo()
+    assert consistent(tmp_path)  # an old metrics.json never sits beside the new model
+    finished, removed = finish_interrupted_writes(tmp_path, ["model.keras", "metrics.json"])
+    assert len(finished) == 1 and removed == []
+    assert sorted(os.listdir(tmp_path)) == ["metrics.json", "model.keras"]
+    assert consistent(tmp_path) and (tmp_path / "model.keras").read_text() == "new"
+
+
+def test_files_written_together_stay_old_when_the_writing_is_cut_and_only_kbert_names_are_cleaned(tmp_path):
+    write_together(tmp_path, write_pair("old"), last="metrics.json")
+    before = folder_state(tmp_path)
+
+    def cut(folder):
+        write_pair("new")(folder)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_together(tmp_path, cut, last="metrics.json")
+    assert folder_state(tmp_path) == before  # nothing of the new files, not even a staging folder
+    kbert_made = [".tmp-0badc0de-model.keras", ".tmp-0badc0de-metrics.json"]
+    not_kbert = [".tmp-notes.txt", ".tmp-0badc0de-notes.txt", ".tmp-0BADC0DE-model.keras", ".tmp-model.keras"]
+    for name in kbert_made + not_kbert:
+        (tmp_path / name).write_text("x")
+    (tmp_path / ".tmp-1234abcd-together").mkdir()  # a staging folder whose group was never committed
+    (tmp_path / ".tmp-1234abcd-together" / "model.keras").write_text("half")
+    finished, removed = finish_interrupted_writes(tmp_path, ["model.keras", "metrics.json"])
+    assert finished == [] and sorted(map(os.path.basename, removed)) == sorted(kbert_made + [".tmp-1234abcd-together"])
+    assert sorted(os.listdir(tmp_path)) == sorted(["metrics.json", "model.keras"] + not_kbert)
+    assert consistent(tmp_path) and (tmp_path / "model.keras").read_text() == "old"

@@ -59,7 +59,7 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     assert int(pretrainer.optimizer.iterations.numpy()) > 0
     # TensorBoard: the epoch's curves whatever its step count, the fill-mask guesses at the end.
     train_logs = out / "tensorboard" / "train"
-    assert sorted(scalars(train_logs)["epoch/loss"]) == [0]
+    assert sorted(scalars(train_logs)["epoch/pretraining_loss"]) == [0]
     steps = int(pretrainer.optimizer.iterations.numpy())
     table = texts(train_logs)["fill_mask"][steps]
     assert table[1:, 0].tolist() == list(cli.PRETRAIN_FILL_MASK_SENTENCES)
@@ -71,6 +71,31 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     assert lines[1].startswith("  [MASK] 1: ") and len(lines[1].split()) == 2 + 2 * 3
 
 
+def test_a_healthy_run_logged_to_a_file_reads_clean(tmp_path):
+    # As a user runs it: `kbert pretrain ... > log 2>&1`, on a one-book corpus.
+    import os
+    import re
+    import subprocess
+    import sys
+
+    write_corpus(tmp_path / "corpus", documents=1, sentences=20)
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    with open(tmp_path / "log", "w") as log:
+        arguments = pretrain_arguments(tmp_path / "corpus", tmp_path / "run")[:-1]  # no --quiet
+        subprocess.run([sys.executable, "-m", "kbert.cli", *arguments, "--steps-per-epoch", "6"],
+                       stdout=log, stderr=subprocess.STDOUT, env=environment, timeout=300, check=True)
+    text = (tmp_path / "log").read_text()
+    lines = text.splitlines()
+    # Nothing from TensorFlow's C++ log (I/W/E lines, absl's banner), no escape codes or redraws.
+    assert not [line for line in lines if re.match(r"[IWEF]\d{4} |WARNING: All log messages", line)], text
+    assert not re.search(r"[\x1b\r\b]", text)
+    # kbert's warnings in one line, without Python's source path; the repeated examples said.
+    assert "UserWarning" not in text and ".py:" not in text
+    assert sum(line.startswith("kbert pretrain: warning: The corpus is one document") for line in lines) == 1
+    assert [line for line in lines if line.startswith("kbert pretrain: note: the corpus gives ")]
+    assert [line for line in lines if re.match(r"6/6 - \d+s - .*loss: ", line)]
+
+
 # A tiny ALBERT: the tiny preset's sizes, factorized embeddings, one shared block.
 TINY_ALBERT = ["--embedding-size", "32", "--num-groups", "1"]
 
@@ -78,18 +103,26 @@ TINY_ALBERT = ["--embedding-size", "32", "--num-groups", "1"]
 def test_pretrain_sop_on_a_tiny_albert_with_ngram_masking(tmp_path, capsys):
     write_corpus(tmp_path / "corpus", documents=2, sentences=20)
     out = tmp_path / "run"
+    out.mkdir()
+    (out / ".tmp-0badc0de-pretrainer.keras").write_bytes(b"half a model")  # of a save killed midway
+    (out / ".tmp-notes.txt").write_text("a user's file\n")
     assert cli.main(pretrain_arguments(tmp_path / "corpus", out) + TINY_ALBERT + [
         "--objective", "sop", "--max-ngram", "3", "--steps-per-epoch", "3"]) == 0
+    assert (f"{out}: removed {out / '.tmp-0badc0de-pretrainer.keras'}, a partial file of an earlier run that "
+            "was interrupted.") in capsys.readouterr().err
+    assert sorted(path.name for path in out.iterdir() if path.name.startswith(".")) == [".tmp-notes.txt"]
     pretrainer = kbert.load_model(str(out / "pretrainer.keras"))
     assert pretrainer.objective == "sop" and set(pretrainer.output_names) == {"mlm", "sop"}
     encoder = pretrainer.encoder
     assert (encoder.embedding_size, encoder.hidden_dim, encoder.num_groups) == (32, 128, 1)
     assert len(encoder.transformer_layers) == 1
-    # TensorBoard has the SOP curves where NSP's would be.
+    # TensorBoard has the SOP curves where NSP's would be, and the loss on a
+    # card of its own, apart from fine-tuning runs' `epoch/loss`.
     logged = scalars(out / "tensorboard" / "train")
-    for name in ("epoch/sop_loss", "epoch/sop_accuracy", "epoch/mlm_loss", "epoch/loss"):
+    for name in ("epoch/sop_loss", "epoch/sop_accuracy", "epoch/mlm_loss", "epoch/pretraining_loss"):
         assert sorted(logged[name]) == [0], name
     assert not any("nsp" in name for name in logged)
+    assert "epoch/loss" not in logged
     assert 0 <= logged["epoch/sop_accuracy"][0] <= 1
 
 
@@ -209,7 +242,11 @@ def test_train_then_evaluate_a_task(tmp_path, capsys):
     assert metrics["task"] == "rte" and metrics["split"] == "dev" and metrics["examples"] == 40
     assert metrics["train_examples"] == 64 and 0 <= metrics["accuracy"] <= 1
     assert sum(map(sum, metrics["confusion_matrix"])) == 40
-    assert "accuracy" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed and metrics["positive_class"] == "entailment"
+    assert "  f1 (entailment) " in printed  # RTE's precision, recall and F1 are of its class 0
+    # TensorBoard on the folder of the runs, to compare this one with the others.
+    assert printed.splitlines()[-1].endswith(f"tensorboard --logdir {tmp_path}")
 
     report = tmp_path / "eval.json"
     assert cli.main(["evaluate", str(out / "model.keras"), "--task", "rte", "--max-examples", "40",

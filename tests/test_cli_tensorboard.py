@@ -68,7 +68,7 @@ def test_train_draws_train_and_validation_curves_confusion_matrices_and_hparams(
     assert values["score"] == values["score/dev_accuracy"] == pytest.approx(metrics["accuracy"], rel=1e-6)
     assert values["training/val_accuracy"] == pytest.approx(metrics["accuracy"], rel=1e-6)
     assert values["training/loss"] == pytest.approx(metrics["final_train_loss"], rel=1e-6)
-    assert {"training/val_loss", "score/dev_f1", "score/dev_macro_f1"} <= set(values)
+    assert {"training/val_loss", "score/dev_f1_positive", "score/dev_macro_f1"} <= set(values)
     assert "training/learning_rate" not in values
 
 

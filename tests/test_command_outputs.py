@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -262,3 +263,54 @@ def test_a_folder_it_cannot_write_is_refused_before_any_work(tmp_path):
         assert os.listdir(os.path.join(folder, "read-only")) == []
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_run_folder_is_told_apart_from_what_a_killed_run_left(tmp_path, capsys, model_file):
+    """metrics.json marks a finished run (as in run folders of earlier kbert versions); a model alone is unfinished."""
+    from kbert.atomic_files import write_together
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "model.keras").write_bytes(open(model_file, "rb").read())  # an older kbert, killed while evaluating
+    line = fails(["train", "sst2", "--out", str(run)], capsys, tmp_path)
+    assert "holds the model.keras of a run that did not finish (no metrics.json); pass --overwrite" in line
+
+    # Killed after its files were complete, while they were put in place: the next command completes them.
+    def write(folder):
+        (Path(folder) / "model.keras").write_bytes(open(model_file, "rb").read())
+        (Path(folder) / "metrics.json").write_text('{"settings": {"seed": 5}}\n')
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            write_together(run, write, last="metrics.json")
+    assert sorted(os.listdir(run))[1:] == ["model.keras"] and not (run / "metrics.json").exists()
+    assert cli.main(["train", "sst2", "--out", str(run)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"{run}: an earlier run was interrupted while its files were put in place; it is now "
+                      "complete (the folder holds the run of its metrics.json).")
+    assert err[1].startswith(f"kbert train: error: --out {run} holds a finished run (model.keras, metrics.json)")
+    assert sorted(os.listdir(run)) == ["metrics.json", "model.keras"]
+
+
+def test_what_the_commands_write_has_the_modes_the_umask_gives(tmp_path, capsys, model_file):
+    """Prepared corpora and exports, as any new file: 0666 and 0777 less the umask (not tempfile's private 0600/0700)."""
+    import stat
+
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat . the dog sat .\n\n" * 20)
+    (tmp_path / "vocab.txt").write_text("\n".join(TINY_VOCABULARY) + "\n")
+    mask = os.umask(0o027)
+    try:
+        assert cli.main(["prepare-pretraining", "--corpus", str(tmp_path / "corpus.txt"), "--vocabulary",
+                         str(tmp_path / "vocab.txt"), "--out", str(tmp_path / "prepared"),
+                         "--sequence-length", "16"]) == 0
+        assert cli.main(["export", model_file, "--name", "spam", "--out", str(tmp_path / "served")]) == 0
+    finally:
+        os.umask(mask)
+    capsys.readouterr()
+    for output in ("prepared", "served"):
+        for path in [tmp_path / output, *(tmp_path / output).rglob("*")]:
+            assert stat.S_IMODE(path.stat().st_mode) == (0o750 if path.is_dir() else 0o640), path

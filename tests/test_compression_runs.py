@@ -1,8 +1,13 @@
 import json
 
+import pytest
+
 import kbert
+import kbert.compression_runs
+from kbert import cli
 from kbert.compression_runs import _transfer_set, distill_task
 from kbert.fine_tuning import DEFAULT_VOCABULARY_CHECKPOINT, load_split, take
+from tests.test_case import TINY_VOCABULARY
 
 
 def test_the_transfer_set_holds_training_examples_outside_the_labelled_subset():
@@ -26,3 +31,29 @@ def test_distilling_a_pair_classifier_with_a_transfer_set_and_layerwise_stage(tm
     assert json.loads((tmp_path / "metrics.json").read_text())["examples"] == 16
     student = kbert.load_model(str(tmp_path / "model.keras"))
     assert student.text_pairs and student.encoder.num_layers == 1
+
+
+@pytest.mark.parametrize("command", ["distill", "prune"])
+def test_a_run_stopped_before_its_metrics_leaves_the_earlier_run_whole(tmp_path, capsys, monkeypatch, command):
+    teacher = kbert.classifier("tiny", num_classes=2, vocabulary=TINY_VOCABULARY, sequence_length=8,
+                               num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    teacher.fit(["the cat", "a dog"], [0, 1], epochs=1, verbose=0)
+    teacher.save(str(tmp_path / "teacher.keras"))
+    run = tmp_path / "run"
+    arguments = {"distill": ["distill", "sst2", "--teacher", str(tmp_path / "teacher.keras"), "--student",
+                             "layers:0", "--epochs", "1"],
+                 "prune": ["prune", str(tmp_path / "teacher.keras"), "--task", "sst2", "--sparsity", "0.5"],
+                 }[command] + ["--max-examples", "8", "--max-eval-examples", "8", "--batch-size", "8", "--quiet",
+                               "--out", str(run)]
+    assert cli.main([*arguments, "--seed", "0"]) == 0
+    finished = {name: (run / name).read_bytes() for name in ("model.keras", "metrics.json")}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C while the new model is evaluated
+
+    monkeypatch.setattr(kbert.compression_runs, "evaluate_task", interrupted)
+    assert cli.main([*arguments, "--seed", "5", "--overwrite"]) == 130
+    assert {name: (run / name).read_bytes() for name in finished} == finished
+    assert json.loads(finished["metrics.json"])["settings"]["seed"] == 0
+    assert not [path.name for path in run.iterdir() if path.name.startswith(".tmp-")]
+    capsys.readouterr()

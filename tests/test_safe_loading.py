@@ -71,3 +71,40 @@ def test_a_keras_file_naming_a_vocabulary_path_is_refused(saved_classifier, tmp_
     # The refusal is safe mode's: a trusted file still loads.
     model = keras.saving.load_model(changed, safe_mode=False)
     assert model.preprocessor.tokenizer.get_vocabulary() == TINY_VOCABULARY
+
+
+def test_a_member_bigger_than_a_model_holds_is_refused_before_it_is_read(saved_classifier, tmp_path, capsys):
+    from kbert.safe_loading import LIMITS, check_keras_file
+
+    # A valid config followed by 65 MB of whitespace: 64 KB in the zip.
+    padding = LIMITS["config.json"] + 1_000_000
+    padded = tmp_path / "padded.keras"
+    with zipfile.ZipFile(saved_classifier) as original, zipfile.ZipFile(padded, "w", zipfile.ZIP_DEFLATED) as copy:
+        for item in original.infolist():
+            data = original.read(item)
+            if item.filename == "config.json":
+                data += b" " * padding
+            copy.writestr(item.filename, data)
+    assert padded.stat().st_size < 20 * 1024 * 1024
+    size = zipfile.ZipFile(padded).getinfo("config.json").file_size
+    served = tmp_path / "served"
+    assert cli.main(["export", str(padded), "--name", "m", "--out", str(served)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"kbert export: error: {padded}: its member config.json is {size:,} bytes uncompressed, over "
+                   f"the {LIMITS['config.json']:,} bytes kbert reads for config.json; refused before reading it.")
+    assert not served.exists()
+
+    # Each member has its limit: the weights, an asset, anything else.
+    with zipfile.ZipFile(saved_classifier) as archive:
+        weights = archive.getinfo("model.weights.h5").file_size
+    with pytest.raises(ValueError, match=f"its member model.weights.h5 is {weights:,} bytes uncompressed, over the "
+                                         "1,000 bytes"):
+        check_keras_file(saved_classifier, limits={"model.weights.h5": 1000})
+    extra = tmp_path / "extra.keras"
+    with_config_changed(saved_classifier, extra, lambda config: None)
+    with zipfile.ZipFile(extra, "a") as archive:
+        archive.writestr("assets/big.txt", b"x" * 2000)
+    with pytest.raises(ValueError, match="its member assets/big.txt is 2,000 bytes uncompressed, over the 1,000 "
+                                         "bytes kbert reads for an asset"):
+        check_keras_file(extra, limits={"assets/": 1000})
+    check_keras_file(saved_classifier)  # kbert's own file passes

@@ -55,9 +55,10 @@ class AttentionMapLogger(TrainingStepCallback):
 
     For every Transformer block `l` the callback writes one image summary
     `self_attention/layer_<l>` to the `train` run of `log_dir`, holding one
-    heat map per head (TensorBoard's card shows one head at a time, picked
-    with its sample slider; all heads of a block are drawn at one size, at
-    least 400 pixels wide). Row `i` of a head's map shows how token `i` of
+    heat map per head as its samples. TensorBoard's Time Series shows each
+    head as a card of its own ("Sample 1/12" is head 0), whose slider picks
+    the step; all heads of a block are drawn at one size, at least 400
+    pixels wide. Row `i` of a head's map shows how token `i` of
     the sentence spreads its attention over the tokens (columns). Each head
     has its own colour scale, from pale yellow at its least attention to
     dark blue at its most, the two numbers written at the ends of its colour
@@ -162,7 +163,8 @@ class AttentionMapLogger(TrainingStepCallback):
             for number, (tag, heads) in enumerate(images.items()):
                 tf.summary.image(
                     tag, heads, max_outputs=len(heads), step=step,
-                    description=f"Block {number}, one image per head (the slider picks the head): "
+                    description=f"Block {number}, one card per head (Sample k is head k - 1; the slider picks "
+                                "the step): "
                                 "row i is where token i attends (columns), from pale yellow at the "
                                 "head's least attention to dark blue at its most, the two numbers "
                                 f"on the colour bar. Text: {self.text!r}",

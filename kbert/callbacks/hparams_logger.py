@@ -28,7 +28,7 @@ class HParamsLogger(keras.callbacks.Callback):
       nor a name that is a hyper-parameter's);
     - whatever `log_metrics` is given later, as `score/<name>`, e.g. scores
       on a test split computed after `fit` (`kbert train` adds its
-      evaluation split's: `score/test_f1`, `score/dev_accuracy`, ...);
+      evaluation split's: `score/test_f1_spam`, `score/dev_accuracy`, ...);
     - the `headline` metric (a name given to `log_metrics`, or a log of the
       last epoch such as `val_accuracy`) once more as `score`.
 

@@ -234,8 +234,8 @@ def heat_map(values, row_labels, column_labels, title=None, cell_texts=None, cel
 def padded_batch(images):
     """RGB arrays padded with white (right and bottom) to one size, stacked: `(count, height, width, 3)`.
 
-    What one image summary of several samples takes (TensorBoard's card then
-    shows one sample at a time, picked by its slider).
+    What one image summary of several samples takes (TensorBoard's Time
+    Series shows each sample as a card of its own, its slider over steps).
 
     Example:
     >>> batch = padded_batch([np.zeros((4, 5, 3), "uint8"), np.zeros((6, 3, 3), "uint8")])

@@ -44,7 +44,11 @@ class TensorBoard(keras.callbacks.TensorBoard):
       `steps/loss_running_mean`, ... (what Keras reports during an epoch: the
       mean over the epoch's batches so far, not one batch's value) and
       `steps/learning_rate`; after each validation, `steps/loss`, ... in the
-      `validation` run (Keras' `evaluation_*_vs_iterations`).
+      `validation` run (Keras' `evaluation_*_vs_iterations`). A model
+      whose loss has a scale of its own names it with the attribute
+      `summary_loss_name`: the `Pretrainer`'s curves are
+      `epoch/pretraining_loss`, ..., so a fine-tuning run's `epoch/loss`
+      beside it in one log dir keeps a card (and a scale) of its own.
     - Every epoch writes its summaries. Keras' callback only writes them
       when the epoch's last batch number is a multiple of `update_freq`
       (its batch-summary filter is still on at the epoch end), so with
@@ -76,6 +80,13 @@ class TensorBoard(keras.callbacks.TensorBoard):
     ('epoch/loss', 'steps/loss_running_mean')
     """
 
+    def _renamed(self, logs):
+        # A model may name its loss for summaries (`summary_loss_name`, e.g.
+        # the pretrainer's `pretraining_loss`), so that runs of different
+        # kinds in one log dir do not share the `loss` card and its scale.
+        name = getattr(self.model, "summary_loss_name", "loss")
+        return {(name if key == "loss" else key): value for key, value in logs.items()}
+
     def set_model(self, model):
         # Keras writes under `log_dir` from here on (the model's summary first).
         # (Keras calls this again for validation: the same directory then.)
@@ -103,7 +114,7 @@ class TensorBoard(keras.callbacks.TensorBoard):
         # the logs are written here under their own tags.
         super().on_train_batch_end(batch, logs=None)
         if isinstance(logs, dict):
-            for name, value in logs.items():
+            for name, value in self._renamed(logs).items():
                 self.summary.scalar(step_tag(name), value, step=self._global_train_batch,
                                     description=None if name in _INSTANT_LOGS else _RUNNING_MEAN)
 
@@ -111,7 +122,7 @@ class TensorBoard(keras.callbacks.TensorBoard):
         # Keras' own method, with the summaries recorded whatever the batch filter says.
         if logs and self.model.optimizer is not None and hasattr(self.model.optimizer, "iterations"):
             with self._val_writer.as_default(), self.summary.record_if(True):
-                for name, value in logs.items():
+                for name, value in self._renamed(logs).items():
                     self.summary.scalar(step_tag(name, running_mean=False), value,
                                         step=self.model.optimizer.iterations)
         self._pop_writer()
@@ -123,10 +134,11 @@ class TensorBoard(keras.callbacks.TensorBoard):
         # must not depend on it.
         if not logs:
             return
-        train_logs = self._collect_learning_rate({k: v for k, v in logs.items() if not k.startswith("val_")})
+        train_logs = self._collect_learning_rate(
+            self._renamed({k: v for k, v in logs.items() if not k.startswith("val_")}))
         if self.write_steps_per_second:
             train_logs["steps_per_second"] = self._compute_steps_per_second()
-        validation_logs = {k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")}
+        validation_logs = self._renamed({k[len("val_"):]: v for k, v in logs.items() if k.startswith("val_")})
         with self.summary.record_if(True):
             for writer, values in ((self._train_writer, train_logs), (self._val_writer, validation_logs)):
                 if values:

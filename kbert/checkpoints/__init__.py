@@ -1,5 +1,6 @@
 """Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions."""
 
+from kbert.checkpoints.checkpoint_files import CheckpointError
 from kbert.checkpoints.keras_hub_models import (
     encoder_from_keras_hub,
     encoder_to_keras_hub,
@@ -19,6 +20,7 @@ from kbert.checkpoints.loading import (
 )
 
 __all__ = [
+    "CheckpointError",
     "HUB_FILES",
     "KNOWN_CHECKPOINTS",
     "UnknownCheckpointError",

@@ -19,12 +19,26 @@ import re
 
 import numpy as np
 
+from kbert.checkpoints.checkpoint_files import (
+    CheckpointError,
+    boolean,
+    check_count_against_tensors,
+    check_required,
+    check_sizes_against_tensors,
+    number,
+    one_of,
+    positive_int,
+    rate,
+    read_json,
+    read_safetensors,
+)
 from kbert.checkpoints.encoder_weights import (
     encoder_tensors,
     head_tensors,
     set_encoder_tensors,
     set_head_tensors,
 )
+from kbert.checkpoints.huggingface import check_heads
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -106,32 +120,41 @@ def checkpoint_name(variable_path):
 
 
 def encoder_config_from_albert(config, source):
-    """`kbert.Encoder` arguments from a Hugging Face ALBERT config dict."""
-    missing = [key for key in _CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"{source}: the ALBERT config lacks {missing}.")
-    activation = config.get("hidden_act", "gelu_new")
-    if activation not in _ACTIVATIONS:
-        raise ValueError(
-            f"{source}: hidden_act {activation!r} is not supported; kbert's encoder computes "
-            f"{sorted(_ACTIVATIONS)}."
-        )
-    position_type = config.get("position_embedding_type", "absolute")
-    if position_type != "absolute":
-        raise ValueError(f"{source}: position_embedding_type {position_type!r} is not supported.")
-    epsilon = config.get("layer_norm_eps", 1e-12)
+    """`kbert.Encoder` arguments from a Hugging Face ALBERT config dict; a `CheckpointError` names a bad key."""
+    check_required(config, _CONFIG_KEYS, source, "ALBERT")
+    activation = one_of(config, "hidden_act", source, tuple(_ACTIVATIONS), "gelu_new")
+    one_of(config, "position_embedding_type", source, ("absolute",), "absolute")
+    epsilon = number(config, "layer_norm_eps", source, 1e-12)
     if not np.isclose(epsilon, 1e-12, rtol=0, atol=1e-13):
-        raise ValueError(f"{source}: layer_norm_eps {epsilon} is not ALBERT's 1e-12.")
-    arguments = {ours: int(config[theirs]) for theirs, ours in _CONFIG_KEYS.items()}
+        raise CheckpointError(source, f"layer_norm_eps {epsilon} is not ALBERT's 1e-12.", key="layer_norm_eps")
+    arguments = {ours: positive_int(config, theirs, source) for theirs, ours in _CONFIG_KEYS.items()}
     if arguments["num_layers"] % arguments["num_groups"]:
-        raise ValueError(
-            f"{source}: num_hidden_groups {arguments['num_groups']} does not divide "
-            f"num_hidden_layers {arguments['num_layers']}."
+        raise CheckpointError(
+            source, f"num_hidden_groups {arguments['num_groups']} does not divide "
+            f"num_hidden_layers {arguments['num_layers']}.", key="num_hidden_groups"
         )
+    check_heads(arguments, source)
     arguments["activation"] = _ACTIVATIONS[activation]
-    arguments["dropout"] = float(config.get("hidden_dropout_prob", 0.0))
-    arguments["attention_dropout"] = float(config.get("attention_probs_dropout_prob", arguments["dropout"]))
+    arguments["dropout"] = rate(config, "hidden_dropout_prob", source, 0.0)
+    arguments["attention_dropout"] = rate(config, "attention_probs_dropout_prob", source, arguments["dropout"])
     return arguments
+
+
+def check_config_against_tensors(arguments, tensors, config_path, weights_path):
+    """An ALBERT config's sizes against the tensors that hold them (before an encoder is built)."""
+    check_sizes_against_tensors(config_path, weights_path, [
+        ("vocab_size", arguments["vocabulary_size"], "embeddings.word_embeddings.weight", 0),
+        ("embedding_size", arguments["embedding_size"], "embeddings.word_embeddings.weight", 1),
+        ("max_position_embeddings", arguments["max_sequence_length"], "embeddings.position_embeddings.weight", 0),
+        ("type_vocab_size", arguments["num_segments"], "embeddings.token_type_embeddings.weight", 0),
+        ("hidden_size", arguments["hidden_dim"], PROJECTION_KERNEL, 0),
+        ("intermediate_size", arguments["intermediate_dim"],
+         "encoder.albert_layer_groups.0.albert_layers.0.ffn.weight", 0),
+    ], tensors)
+    check_count_against_tensors(config_path, weights_path, "num_hidden_groups", arguments["num_groups"],
+                                tensors, r"encoder\.albert_layer_groups\.(\d+)\.")
+    check_count_against_tensors(config_path, weights_path, "inner_group_num", arguments["num_inner_repetitions"],
+                                tensors, r"encoder\.albert_layer_groups\.0\.albert_layers\.(\d+)\.")
 
 
 def albert_config(encoder):
@@ -157,8 +180,7 @@ def albert_config(encoder):
 
 
 def read_config(folder):
-    with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(os.path.join(folder, CONFIG_FILE))
 
 
 def read_albert_folder(folder):
@@ -167,30 +189,29 @@ def read_albert_folder(folder):
     Tensor names lose their `"albert."` prefix. `tokenizer_options` holds
     `lowercase` and `strip_accents` from `tokenizer_config.json`
     (`do_lower_case`, `keep_accents`; ALBERT's defaults without it).
+    Anything malformed fails with a `CheckpointError` naming the file and key.
     """
-    from safetensors.numpy import load_file
-
     config_path = os.path.join(folder, CONFIG_FILE)
     config = read_config(folder)
-    if config.get("model_type") != "albert":
-        raise ValueError(f"{config_path}: model_type {config.get('model_type')!r} is not 'albert'.")
+    one_of(config, "model_type", config_path, ("albert",), None)
     arguments = encoder_config_from_albert(config, config_path)
-    tensors = load_file(os.path.join(folder, WEIGHTS_FILE))
+    weights_path = os.path.join(folder, WEIGHTS_FILE)
+    tensors = read_safetensors(weights_path)
     tensors = {name.removeprefix(_PREFIX): value for name, value in tensors.items()}
+    check_config_against_tensors(arguments, tensors, config_path, weights_path)
     sentence_piece_path = os.path.join(folder, SENTENCE_PIECE_FILE)
     if not os.path.exists(sentence_piece_path):
         raise FileNotFoundError(f"{folder} has no {SENTENCE_PIECE_FILE} (ALBERT's SentencePiece model).")
     options = {"lowercase": True, "strip_accents": True}
     tokenizer_config_path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
     if os.path.exists(tokenizer_config_path):
-        with open(tokenizer_config_path, encoding="utf-8") as f:
-            tokenizer_config = json.load(f)
-        options["lowercase"] = bool(tokenizer_config.get("do_lower_case", True))
-        options["strip_accents"] = not tokenizer_config.get("keep_accents", False)
-        if not tokenizer_config.get("remove_space", True):
-            raise ValueError(
-                f"{tokenizer_config_path}: remove_space false is not supported; kbert's "
-                "SentencePieceTokenizer collapses whitespace as ALBERT does."
+        tokenizer_config = read_json(tokenizer_config_path)
+        options["lowercase"] = boolean(tokenizer_config, "do_lower_case", tokenizer_config_path, True)
+        options["strip_accents"] = not boolean(tokenizer_config, "keep_accents", tokenizer_config_path, False)
+        if not boolean(tokenizer_config, "remove_space", tokenizer_config_path, True):
+            raise CheckpointError(
+                tokenizer_config_path, "remove_space false is not supported; kbert's "
+                "SentencePieceTokenizer collapses whitespace as ALBERT does.", key="remove_space"
             )
     return arguments, tensors, sentence_piece_path, options
 

@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 
+from kbert.checkpoints.checkpoint_files import CheckpointError, is_float
+
 _EMBEDDINGS = {
     "token_embedding/embeddings": "embeddings.word_embeddings.weight",
     "position_embedding/embeddings": "embeddings.position_embeddings.weight",
@@ -88,9 +90,10 @@ def set_encoder_tensors(encoder, tensors, source, name_of=checkpoint_name, is_ex
 
     Every variable must get a tensor of a matching size and every tensor must
     be used (except those `is_extra` accepts: for BERT the `IGNORED` ones and
-    the pretraining heads, `cls.*`); otherwise a `ValueError` names the
-    tensors and both shapes. `name_of` maps a variable path to its tensor
-    name (BERT's names by default).
+    the pretraining heads, `cls.*`); otherwise a `CheckpointError` (a
+    `ValueError`) names `source` (the weights file), the tensors and both
+    shapes, on one line. `name_of` maps a variable path to its tensor name
+    (BERT's names by default).
     """
     used, problems, values = set(), [], []
     for variable in encoder.weights:
@@ -103,6 +106,10 @@ def set_encoder_tensors(encoder, tensors, source, name_of=checkpoint_name, is_ex
         used.add(name)
         value = np.asarray(tensors[name])
         expected = tuple(variable.shape)
+        if not is_float(value):
+            problems.append(f"{name} has dtype {value.dtype}; {path} needs floating point")
+            values.append(None)
+            continue
         if _is_dense_kernel(path):
             if value.ndim != 2:
                 problems.append(f"{name} has shape {value.shape}; {path} needs a matrix for {expected}")
@@ -119,9 +126,21 @@ def set_encoder_tensors(encoder, tensors, source, name_of=checkpoint_name, is_ex
     unknown = sorted(name for name in tensors if name not in used and not is_extra(name))
     problems += [f"unknown tensor {name} of shape {tuple(np.shape(tensors[name]))}" for name in unknown]
     if problems:
-        raise ValueError(f"{source} does not fit the encoder:\n  " + "\n  ".join(problems))
+        raise CheckpointError(source, f"does not fit the encoder: {_listed(problems)}", key=_first_name(problems))
     for variable, value in zip(encoder.weights, values):
         variable.assign(value.astype(variable.dtype))
+
+
+def _listed(problems, most=6):
+    """Problems on one line (a CLI error is one line), the first few in full."""
+    shown = "; ".join(problems[:most])
+    return shown + (f"; and {len(problems) - most} more" if len(problems) > most else "") + "."
+
+
+def _first_name(problems):
+    # The tensor named by the first problem ("missing tensor X ...", "X has shape ...").
+    words = problems[0].removeprefix("missing tensor ").removeprefix("unknown tensor ").split()
+    return words[0] if words else None
 
 
 def _rows(path, shape):
@@ -161,6 +180,9 @@ def set_head_tensors(pretrainer, tensors, source, names=_HEADS):
             problems.append(f"missing tensor {name} (for {variable.path}, shape {tuple(variable.shape)})")
             continue
         value = np.asarray(tensors[name])
+        if not is_float(value):
+            problems.append(f"{name} has dtype {value.dtype}; {variable.path} needs floating point")
+            continue
         value = value.T if variable.path.endswith("/kernel") else value
         if value.shape != tuple(variable.shape):
             problems.append(
@@ -170,7 +192,9 @@ def set_head_tensors(pretrainer, tensors, source, names=_HEADS):
             continue
         assignments.append((variable, value))
     if problems:
-        raise ValueError(f"{source}: the pretraining heads do not fit:\n  " + "\n  ".join(problems))
+        raise CheckpointError(
+            source, f"the pretraining heads do not fit: {_listed(problems)}", key=_first_name(problems)
+        )
     for variable, value in assignments:
         variable.assign(value.astype(variable.dtype))
 

@@ -1,10 +1,11 @@
 """Google's original BERT TensorFlow checkpoints (`bert_config.json`, `bert_model.ckpt.*`, `vocab.txt`)."""
 
-import json
 import os
 import re
 
 import numpy as np
+
+from kbert.checkpoints.checkpoint_files import CheckpointError, check_finite, read_json
 
 CONFIG_FILE = "bert_config.json"
 VOCABULARY_FILE = "vocab.txt"
@@ -49,22 +50,39 @@ def huggingface_name(name):
 
 
 def read_google_checkpoint(folder):
-    """Returns `(config, tensors)`: the BERT config dict and tensors under Hugging Face names and layouts."""
+    """Returns `(config, tensors)`: the BERT config dict and tensors under Hugging Face names and layouts.
+
+    A config that does not parse, a checkpoint that TensorFlow cannot read
+    (truncated, damaged) or a tensor with NaN or infinity fails with a
+    `CheckpointError` naming the file (and tensor).
+    """
     import tensorflow as tf
 
     prefix = checkpoint_prefix(folder)
     if prefix is None:
         raise FileNotFoundError(f"{folder} has no {CONFIG_FILE} with a bert_model.ckpt beside it.")
-    with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
-        config = json.load(f)
-    reader = tf.train.load_checkpoint(prefix)
+    config = read_json(os.path.join(folder, CONFIG_FILE))
     tensors = {}
-    for name in reader.get_variable_to_shape_map():
-        target = huggingface_name(name)
-        if target is None:
-            continue
-        value = np.asarray(reader.get_tensor(name))
-        if name.endswith("/kernel"):
-            value = value.T  # Google stores dense kernels (in, out); Hugging Face (out, in).
-        tensors[target] = value
+    name = None
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            target = huggingface_name(name)
+            if target is None:
+                continue
+            value = np.asarray(reader.get_tensor(name))
+            check_finite({name: value}, prefix)
+            if name.endswith("/kernel"):
+                value = value.T  # Google stores dense kernels (in, out); Hugging Face (out, in).
+            tensors[target] = value
+    except CheckpointError:
+        raise  # a non-finite tensor, named already
+    except (tf.errors.OpError, IndexError, ValueError) as error:
+        # TensorFlow's reader raises IndexError for a truncated data file; its
+        # messages run over several lines and name its own source files.
+        reason = (str(getattr(error, "message", error)).strip().splitlines() or [type(error).__name__])[0]
+        where = f"reading {name}: " if name else ""
+        raise CheckpointError(
+            prefix, f"not a readable TensorFlow checkpoint (truncated or damaged?): {where}{reason}", key=name
+        ) from None
     return config, tensors

@@ -12,6 +12,20 @@ import os
 
 import numpy as np
 
+from kbert.checkpoints.checkpoint_files import (
+    CheckpointError,
+    boolean,
+    check_count_against_tensors,
+    check_required,
+    check_sizes_against_tensors,
+    number,
+    one_of,
+    positive_int,
+    rate,
+    read_json,
+    read_safetensors,
+)
+
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 VOCABULARY_FILE = "vocab.txt"
@@ -33,27 +47,43 @@ def encoder_config_from_huggingface(config, source):
     """`kbert.Encoder` arguments from a Hugging Face (or Google) BERT config dict.
 
     Only what kbert's encoder computes is accepted: post-LayerNorm blocks,
-    exact GELU, absolute positions, LayerNorm epsilon 1e-12.
+    exact GELU, absolute positions, LayerNorm epsilon 1e-12. Each key is
+    checked (sizes positive integers, dropout rates in [0, 1), names from
+    those kbert computes); a `CheckpointError` names the key and `source`.
     """
-    missing = [key for key in _CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"{source}: the BERT config lacks {missing}.")
-    activation = config.get("hidden_act", "gelu")
-    if activation != "gelu":
-        raise ValueError(
-            f"{source}: hidden_act {activation!r} is not supported; kbert's encoder uses exact "
-            "GELU ('gelu')."
-        )
-    position_type = config.get("position_embedding_type", "absolute")
-    if position_type != "absolute":
-        raise ValueError(f"{source}: position_embedding_type {position_type!r} is not supported.")
-    epsilon = config.get("layer_norm_eps", 1e-12)
+    check_required(config, _CONFIG_KEYS, source, "BERT")
+    one_of(config, "hidden_act", source, ("gelu",), "gelu")
+    one_of(config, "position_embedding_type", source, ("absolute",), "absolute")
+    epsilon = number(config, "layer_norm_eps", source, 1e-12)
     if not np.isclose(epsilon, 1e-12, rtol=0, atol=1e-13):
-        raise ValueError(f"{source}: layer_norm_eps {epsilon} is not BERT's 1e-12.")
-    arguments = {ours: int(config[theirs]) for theirs, ours in _CONFIG_KEYS.items()}
-    arguments["dropout"] = float(config.get("hidden_dropout_prob", 0.1))
-    arguments["attention_dropout"] = float(config.get("attention_probs_dropout_prob", arguments["dropout"]))
+        raise CheckpointError(source, f"layer_norm_eps {epsilon} is not BERT's 1e-12.", key="layer_norm_eps")
+    arguments = {ours: positive_int(config, theirs, source) for theirs, ours in _CONFIG_KEYS.items()}
+    check_heads(arguments, source)
+    arguments["dropout"] = rate(config, "hidden_dropout_prob", source, 0.1)
+    arguments["attention_dropout"] = rate(config, "attention_probs_dropout_prob", source, arguments["dropout"])
     return arguments
+
+
+def check_heads(arguments, source):
+    """The attention heads must split the hidden size evenly."""
+    if arguments["hidden_dim"] % arguments["num_heads"]:
+        raise CheckpointError(
+            source, f"num_attention_heads {arguments['num_heads']} does not divide hidden_size "
+            f"{arguments['hidden_dim']}.", key="num_attention_heads"
+        )
+
+
+def check_config_against_tensors(arguments, tensors, config_path, weights_path):
+    """A BERT config's sizes against the tensors that hold them (before an encoder is built)."""
+    check_sizes_against_tensors(config_path, weights_path, [
+        ("vocab_size", arguments["vocabulary_size"], "embeddings.word_embeddings.weight", 0),
+        ("hidden_size", arguments["hidden_dim"], "embeddings.word_embeddings.weight", 1),
+        ("max_position_embeddings", arguments["max_sequence_length"], "embeddings.position_embeddings.weight", 0),
+        ("type_vocab_size", arguments["num_segments"], "embeddings.token_type_embeddings.weight", 0),
+        ("intermediate_size", arguments["intermediate_dim"], "encoder.layer.0.intermediate.dense.weight", 0),
+    ], tensors)
+    check_count_against_tensors(config_path, weights_path, "num_hidden_layers", arguments["num_layers"],
+                                tensors, r"encoder\.layer\.(\d+)\.")
 
 
 def huggingface_config(encoder):
@@ -82,28 +112,30 @@ def is_huggingface_folder(path):
 
 
 def read_huggingface_folder(folder):
-    """Returns `(encoder_arguments, tensors, vocabulary_path, lowercase)` of a Hugging Face folder."""
-    from safetensors.numpy import load_file
+    """Returns `(encoder_arguments, tensors, vocabulary_path, lowercase)` of a Hugging Face folder.
 
+    Anything malformed (a config that does not parse, a key of the wrong
+    type, a truncated weights file, a NaN tensor, sizes that disagree with
+    the tensors) fails with a `CheckpointError` naming the file and key.
+    """
     config_path = os.path.join(folder, CONFIG_FILE)
-    with open(config_path, encoding="utf-8") as f:
-        config = json.load(f)
-    if config.get("model_type", "bert") != "bert":
-        raise ValueError(f"{config_path}: model_type {config.get('model_type')!r} is not 'bert'.")
+    config = read_json(config_path)
+    one_of(config, "model_type", config_path, ("bert",), "bert")
     arguments = encoder_config_from_huggingface(config, config_path)
-    tensors = load_file(os.path.join(folder, WEIGHTS_FILE))
+    weights_path = os.path.join(folder, WEIGHTS_FILE)
+    tensors = read_safetensors(weights_path)
     # Some exports prefix every name with the model type ("bert.embeddings...").
     if tensors and all(name.startswith("bert.") or name.startswith("cls.") for name in tensors):
         tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
     tensors = {_current_name(name): value for name, value in tensors.items()}
+    check_config_against_tensors(arguments, tensors, config_path, weights_path)
     vocabulary_path = os.path.join(folder, VOCABULARY_FILE)
     if not os.path.exists(vocabulary_path):
         raise FileNotFoundError(f"{folder} has no {VOCABULARY_FILE}.")
     lowercase = None
     tokenizer_config_path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
     if os.path.exists(tokenizer_config_path):
-        with open(tokenizer_config_path, encoding="utf-8") as f:
-            lowercase = json.load(f).get("do_lower_case")
+        lowercase = boolean(read_json(tokenizer_config_path), "do_lower_case", tokenizer_config_path, None)
     return arguments, tensors, vocabulary_path, lowercase
 
 

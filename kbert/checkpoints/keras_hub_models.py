@@ -6,9 +6,97 @@ shape (`kbert.models.keras_hub_encoders` says how); keras-hub's
 `BertBackbone` computes GELU's tanh approximation, kbert the exact GELU, so
 with the same weights their outputs differ by about 1e-5 to 1e-4. keras-nlp
 0.32 is an alias of keras-hub 0.32: its classes are the same objects.
+
+`check_keras_hub_preset` reads a preset folder's configs before keras-hub
+does, so that a malformed one fails with kbert's one-line
+`CheckpointError` naming the file and key, not Keras' generic "could not be
+deserialized properly".
 """
 
+import os
+
+from kbert.checkpoints.checkpoint_files import CheckpointError, positive_int, rate, read_json, shown_value
 from kbert.models.encoder import Encoder
+
+BACKBONE_CONFIG_FILE = "config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer.json"
+WEIGHTS_FILE = "model.weights.h5"
+SHARDED_WEIGHTS_FILE = "model.weights.json"
+# Each backbone kbert reads: its tokenizer, the config keys that are sizes,
+# and the tokenizer config key that may only hold data (a path there would
+# make keras-hub read a file outside the preset).
+_BACKBONES = {
+    "BertBackbone": ("BertTokenizer", ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                                       "intermediate_dim", "max_sequence_length", "num_segments"), "vocabulary"),
+    "AlbertBackbone": ("AlbertTokenizer", ("vocabulary_size", "num_layers", "num_heads", "num_groups",
+                                           "num_inner_repetitions", "embedding_dim", "hidden_dim",
+                                           "intermediate_dim", "max_sequence_length", "num_segments"), "proto"),
+}
+
+
+def check_keras_hub_preset(folder):
+    """Checks a keras-hub BERT or ALBERT preset folder's configs; returns the backbone's class name.
+
+    Read are `config.json` and `tokenizer.json`, before keras-hub reads them.
+
+    The backbone must be a `BertBackbone` or `AlbertBackbone` whose sizes
+    are positive integers and dropout a rate; the tokenizer must be the
+    backbone's own, with its vocabulary (or SentencePiece model) in the
+    preset's assets: a config that names a path (`"vocabulary":
+    "/etc/passwd"`, a `config_file` elsewhere) is refused. Any fault is a
+    `CheckpointError` naming the file and key.
+    """
+    config_path = os.path.join(folder, BACKBONE_CONFIG_FILE)
+    backbone = read_json(config_path)
+    class_name = _class_name(backbone, config_path, tuple(_BACKBONES))
+    tokenizer_class, sizes, data_key = _BACKBONES[class_name]
+    config = _inner_config(backbone, config_path)
+    for key in sizes:
+        if key in config:
+            positive_int(config, key, config_path)
+    rate(config, "dropout", config_path, 0.0)
+
+    tokenizer_path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
+    if not os.path.exists(tokenizer_path):
+        raise FileNotFoundError(f"{folder} has no {TOKENIZER_CONFIG_FILE} (the keras-hub preset's tokenizer).")
+    tokenizer = read_json(tokenizer_path)
+    _class_name(tokenizer, tokenizer_path, (tokenizer_class,))
+    config = _inner_config(tokenizer, tokenizer_path)
+    value = config.get(data_key)
+    if data_key == "vocabulary" and isinstance(value, list) and all(isinstance(token, str) for token in value):
+        pass  # the tokens themselves
+    elif value is not None:
+        raise CheckpointError(
+            tokenizer_path, f"{data_key} is {shown_value(value)}; kbert reads a keras-hub preset's tokenizer from the "
+            f"preset's own assets ({data_key} null), never from a path the config names.", key=data_key
+        )
+    if config.get("config_file", TOKENIZER_CONFIG_FILE) != TOKENIZER_CONFIG_FILE:
+        raise CheckpointError(
+            tokenizer_path, f"config_file is {config['config_file']!r}, not {TOKENIZER_CONFIG_FILE!r}; it "
+            "would make keras-hub read the tokenizer's assets from another folder.", key="config_file"
+        )
+    return class_name
+
+
+def _class_name(serialized, path, expected):
+    class_name = serialized.get("class_name")
+    registered = serialized.get("registered_name")
+    module = serialized.get("module", "keras_hub")
+    if (class_name not in expected or not isinstance(module, str)
+            or not module.startswith(("keras_hub", "keras_nlp"))
+            or registered not in (None, f"keras_hub>{class_name}", f"keras_nlp>{class_name}")):
+        raise CheckpointError(
+            path, f"class_name {class_name!r} (module {module!r}) is not keras-hub's "
+            f"{' or '.join(expected)}; kbert reads BERT and ALBERT presets only.", key="class_name"
+        )
+    return class_name
+
+
+def _inner_config(serialized, path):
+    config = serialized.get("config")
+    if not isinstance(config, dict):
+        raise CheckpointError(path, f"config must be a JSON object, found {config!r}.", key="config")
+    return config
 
 
 def encoder_from_keras_hub(backbone, dropout=None, dtype=None, attention_dropout=None):

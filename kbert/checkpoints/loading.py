@@ -1,11 +1,12 @@
 """`load_pretrained`: published BERT and ALBERT checkpoints as a kbert encoder and tokenizer."""
 
+import contextlib
 import importlib.resources
 import importlib.util
-import json
 import os
 
 from kbert.checkpoints import albert, google, huggingface
+from kbert.checkpoints.checkpoint_files import CheckpointError, check_finite
 from kbert.checkpoints.encoder_weights import (
     MASKED_LM_TENSOR,
     NEXT_SENTENCE_TENSOR,
@@ -211,11 +212,13 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attenti
         return _load_albert_folder(folder, dropout, dtype, heads, attention_dropout)
     if kind == "huggingface":
         arguments, tensors, vocabulary, lowercase = huggingface.read_huggingface_folder(folder)
+        weights = os.path.join(folder, huggingface.WEIGHTS_FILE)
     else:
         config, tensors = google.read_google_checkpoint(folder)
-        arguments = huggingface.encoder_config_from_huggingface(
-            config, os.path.join(folder, google.CONFIG_FILE)
-        )
+        config_path = os.path.join(folder, google.CONFIG_FILE)
+        arguments = huggingface.encoder_config_from_huggingface(config, config_path)
+        weights = google.checkpoint_prefix(folder)
+        huggingface.check_config_against_tensors(arguments, tensors, config_path, weights)
         vocabulary = os.path.join(folder, google.VOCABULARY_FILE)
         if not os.path.exists(vocabulary):
             raise FileNotFoundError(f"{folder} has no {google.VOCABULARY_FILE}.")
@@ -223,12 +226,12 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attenti
     _override_dropout(arguments, dropout, attention_dropout)
     tokenizer = _tokenizer(vocabulary, lowercase, folder)
     if tokenizer.vocabulary_size() != arguments["vocabulary_size"]:
-        raise ValueError(
-            f"{folder}: the vocabulary has {tokenizer.vocabulary_size()} tokens but the model "
-            f"embeds {arguments['vocabulary_size']}."
+        raise CheckpointError(
+            vocabulary, f"the vocabulary has {tokenizer.vocabulary_size()} tokens but the model "
+            f"embeds {arguments['vocabulary_size']} (vocab_size).", key="vocab_size"
         )
     encoder = Encoder(**arguments, dtype=dtype)
-    set_encoder_tensors(encoder, tensors, folder)
+    set_encoder_tensors(encoder, tensors, weights)
     if not heads:
         return encoder, tokenizer
     from kbert.models.pretrainer import Pretrainer
@@ -236,7 +239,7 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attenti
     if MASKED_LM_TENSOR not in tensors:
         raise ValueError(f"{folder} has no masked-LM head (no tensor {MASKED_LM_TENSOR}).")
     pretrainer = Pretrainer(encoder, next_sentence=NEXT_SENTENCE_TENSOR in tensors)
-    set_head_tensors(pretrainer, tensors, folder)
+    set_head_tensors(pretrainer, tensors, weights)
     return pretrainer, tokenizer
 
 
@@ -312,7 +315,8 @@ def _load_albert_folder(folder, dropout, dtype, heads, attention_dropout):
             f"model embeds {arguments['vocabulary_size']}."
         )
     encoder = Encoder(**arguments, dtype=dtype)
-    albert.load_albert_tensors(encoder, arguments, tensors, folder)
+    weights = os.path.join(folder, albert.WEIGHTS_FILE)
+    albert.load_albert_tensors(encoder, arguments, tensors, weights)
     if not heads:
         return encoder, tokenizer
     from kbert.models.pretrainer import Pretrainer
@@ -322,7 +326,7 @@ def _load_albert_folder(folder, dropout, dtype, heads, attention_dropout):
     # ALBERT pretrains with sentence-order prediction; a masked-LM-only checkpoint has no SOP head.
     objective = "sop" if albert.SENTENCE_ORDER_TENSOR in tensors else "none"
     pretrainer = Pretrainer(encoder, objective=objective)
-    albert.set_albert_head_tensors(pretrainer, tensors, folder)
+    albert.set_albert_head_tensors(pretrainer, tensors, weights)
     return pretrainer, tokenizer
 
 
@@ -349,27 +353,27 @@ def _load_keras_hub_preset(preset, dropout, dtype, attention_dropout):
     import keras
     import keras_hub
 
+    from kbert.checkpoints import keras_hub_models
     from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub, tokenizer_from_keras_hub
 
-    if os.path.isdir(preset):
-        with open(os.path.join(preset, "config.json"), encoding="utf-8") as f:
-            class_name = json.load(f).get("class_name")
-        if class_name not in ("BertBackbone", "AlbertBackbone"):
-            raise ValueError(
-                f"{preset}: a keras-hub preset of {class_name}, not of BertBackbone or AlbertBackbone."
-            )
-        backbone_class = getattr(keras_hub.models, class_name)
-    elif "://" in preset:
-        backbone_class = keras_hub.models.Backbone  # the preset's own class
-    elif preset in keras_hub_albert_presets():
-        backbone_class = keras_hub.models.AlbertBackbone
+    on_disk = os.path.isdir(preset)
+    if on_disk:
+        class_name = keras_hub_models.check_keras_hub_preset(preset)
+        backbone = _backbone_from_folder(preset, getattr(keras_hub.models, class_name))
     else:
-        backbone_class = keras_hub.models.BertBackbone
-    backbone = backbone_class.from_preset(preset)
+        if "://" in preset:
+            backbone_class = keras_hub.models.Backbone  # the preset's own class
+        elif preset in keras_hub_albert_presets():
+            backbone_class = keras_hub.models.AlbertBackbone
+        else:
+            backbone_class = keras_hub.models.BertBackbone
+        backbone = backbone_class.from_preset(preset)
     if isinstance(backbone, keras_hub.models.AlbertBackbone):
-        keras_hub_tokenizer = keras_hub.tokenizers.AlbertTokenizer.from_preset(preset)
+        with _keras_hub_errors(preset, keras_hub_models.TOKENIZER_CONFIG_FILE, on_disk):
+            keras_hub_tokenizer = keras_hub.tokenizers.AlbertTokenizer.from_preset(preset)
     elif isinstance(backbone, keras_hub.models.BertBackbone):
-        keras_hub_tokenizer = keras_hub.tokenizers.BertTokenizer.from_preset(preset)
+        with _keras_hub_errors(preset, keras_hub_models.TOKENIZER_CONFIG_FILE, on_disk):
+            keras_hub_tokenizer = keras_hub.tokenizers.BertTokenizer.from_preset(preset)
     else:
         raise ValueError(
             f"{preset}: a keras-hub preset of {type(backbone).__name__}, not of BertBackbone or "
@@ -380,3 +384,43 @@ def _load_keras_hub_preset(preset, dropout, dtype, attention_dropout):
     dtype = keras.config.dtype_policy() if dtype is None else dtype
     encoder = encoder_from_keras_hub(backbone, dropout=dropout, dtype=dtype, attention_dropout=attention_dropout)
     return encoder, tokenizer
+
+
+def _backbone_from_folder(preset, backbone_class):
+    """A preset folder's backbone: built, then filled, so that an error names the file at fault."""
+    from kbert.checkpoints import keras_hub_models
+
+    with _keras_hub_errors(preset, keras_hub_models.BACKBONE_CONFIG_FILE):
+        backbone = backbone_class.from_preset(preset, load_weights=False)
+    weights = os.path.join(preset, keras_hub_models.WEIGHTS_FILE)
+    if not os.path.exists(weights):
+        weights = os.path.join(preset, keras_hub_models.SHARDED_WEIGHTS_FILE)
+    with _keras_hub_errors(preset, os.path.basename(weights)):
+        backbone.load_weights(weights)
+    check_finite({variable.path: variable.numpy() for variable in backbone.weights}, weights)
+    return backbone
+
+
+@contextlib.contextmanager
+def _keras_hub_errors(preset, file_name, on_disk=True):
+    """keras-hub's errors on a preset folder as one line naming the file, with the cause Keras wraps.
+
+    Keras wraps the real cause ("Requested the loading of a vocabulary file
+    outside of the model archive", a truncated weights file) in a generic
+    "could not be deserialized properly" with the whole config; the
+    innermost message is the one that says what is wrong.
+    """
+    try:
+        yield
+    except (TypeError, ValueError, OSError, KeyError) as error:
+        if not on_disk or isinstance(error, CheckpointError):
+            raise
+        cause = error
+        for _ in range(20):  # down the chain of wrapped errors, to the innermost
+            if (cause.__cause__ or cause.__context__) is None:
+                break
+            cause = cause.__cause__ or cause.__context__
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise CheckpointError(
+            os.path.join(preset, file_name), f"keras-hub could not load the preset: {reason}"
+        ) from error

@@ -8,6 +8,7 @@ import numpy as np
 
 from kbert.compression.keep_sparsity import KeepSparsity, KernelMasks
 from kbert.compression.sparsity import sparsity as sparsity_report
+from kbert.safe_loading import check_keras_file
 
 SCOPES = ("layer", "global")
 
@@ -241,6 +242,7 @@ class MagnitudePruning(KeepSparsity):
 def _saved_weights(model, path):
     """The model weights saved in a `.keras` file, or in a `.weights.h5` file of a model like `model`."""
     if path.endswith(".keras"):
+        check_keras_file(path)  # its members' sizes, before Keras reads them
         return keras.saving.load_model(path, compile=False).get_weights()
     # Read into a copy, so that the model's own optimizer state stays as it is.
     copy = type(model).from_config(model.get_config())

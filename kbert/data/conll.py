@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+from kbert.data.paths import DataSource, find_data_file
 from kbert.data.tfds_source import check_source, class_names, describe, tfds_examples
+from kbert.text_files import DataFormatError, read_text_lines
 
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 CONLL2003_SPLITS = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
@@ -96,7 +97,8 @@ def read_conll(path, scheme="iob1", labels=None, num_columns=4):
 
     Raises:
         DataFormatError: a line has the wrong number of columns or an
-            unknown or misplaced tag; the message names file and line.
+            unknown or misplaced tag (the message names file and line), or
+            the file has no sentence.
     """
     if scheme not in CONLL_SCHEMES:
         raise ValueError(f"`scheme` must be one of {CONLL_SCHEMES}, got {scheme!r}.")
@@ -117,7 +119,7 @@ def read_conll(path, scheme="iob1", labels=None, num_columns=4):
         words.clear()
         sentence_tags.clear()
 
-    for line_number, line in read_lines(path):
+    for line_number, line in read_text_lines(path):
         fields = line.split()
         if not fields:
             end_sentence()
@@ -153,6 +155,8 @@ def read_conll(path, scheme="iob1", labels=None, num_columns=4):
         words.append(word)
         sentence_tags.append(tag)
     end_sentence()
+    if not sentences:
+        raise DataFormatError(path, None, "the file has no tagged words")
     return sentences, tags
 
 

@@ -5,7 +5,7 @@ import glob
 import os
 import re
 
-from kbert.data.paths import DataFormatError
+from kbert.text_files import read_text_lines
 
 # A sentence ends at ., ! or ? (and any closing quotes or brackets after it)
 # followed by white space. Abbreviations ("Mr. Darcy") split too: BERT only
@@ -14,6 +14,7 @@ _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)")
 _BLANK = re.compile(r"^\s*$")
 DOCUMENT_BOUNDARIES = ("file", "blank_line")
 _MAX_PARAGRAPH_LINES = 1000
+_MAX_PARAGRAPH_CHARACTERS = 1 << 20
 
 
 @dataclasses.dataclass
@@ -90,7 +91,8 @@ def text_lines(patterns, max_lines=None):
         max_lines: stop after this many lines; `None` reads everything.
 
     Raises:
-        DataFormatError: a line is not valid UTF-8 (names the file and line).
+        DataFormatError: a line is not valid UTF-8, or holds a NUL byte
+            after the first block (names the file and line).
 
     Example:
     >>> with open("book.txt", "w") as file:
@@ -105,7 +107,7 @@ def text_lines(patterns, max_lines=None):
     for path in corpus_files(patterns):
         if _is_binary(path):
             continue
-        for _, line in _read_text_lines(path):
+        for _, line in _read_lines(path):
             line = line.strip()
             if line:
                 lines.append(line)
@@ -133,7 +135,8 @@ def read_documents(files, document_boundary="file", stats=None, max_document_sen
         max_document_sentences: the longest document part.
 
     Raises:
-        DataFormatError: a line is not valid UTF-8 (names the file and line).
+        DataFormatError: a line is not valid UTF-8, or holds a NUL byte
+            after the first block (names the file and line).
     """
     if document_boundary not in DOCUMENT_BOUNDARIES:
         raise ValueError(
@@ -157,15 +160,16 @@ def read_documents(files, document_boundary="file", stats=None, max_document_sen
 
 
 def _file_documents(path, document_boundary, max_sentences):
-    document, paragraph = [], []
-    for _, line in _read_text_lines(path):
+    document, paragraph, paragraph_size = [], [], 0
+    for _, line in _read_lines(path):
         blank = _BLANK.match(line)
         if not blank:
             paragraph.append(line)
+            paragraph_size += len(line)
         # A paragraph ends; text without blank lines is cut too, to bound what is held.
-        if blank or len(paragraph) >= _MAX_PARAGRAPH_LINES:
+        if blank or len(paragraph) >= _MAX_PARAGRAPH_LINES or paragraph_size >= _MAX_PARAGRAPH_CHARACTERS:
             document.extend(_sentences(paragraph))
-            paragraph = []
+            paragraph, paragraph_size = [], 0
             while len(document) >= max_sentences:
                 yield document[:max_sentences]
                 document = document[max_sentences:]
@@ -184,22 +188,10 @@ def _sentences(lines):
     return split_sentences(" ".join(line.strip() for line in lines))
 
 
-def _read_text_lines(path):
-    with open(path, "rb") as file:
-        for line_number, raw in enumerate(file, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise DataFormatError(
-                    path,
-                    line_number,
-                    f"not UTF-8 text (byte {error.start}: {error.reason}); "
-                    "convert the file to UTF-8, e.g. with iconv",
-                    raw,
-                ) from None
-            if line_number == 1:
-                line = line.removeprefix("\ufeff")
-            yield line_number, line
+def _read_lines(path):
+    # A line longer than the reader holds (a book without line ends) comes in
+    # pieces cut at spaces: the paragraph joins them again.
+    return read_text_lines(path, long_lines="split", allow_empty=True)
 
 
 def _is_binary(path, probe_bytes=8192):

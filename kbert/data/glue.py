@@ -3,8 +3,9 @@
 import dataclasses
 from pathlib import Path
 
-from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+from kbert.data.paths import DataSource, find_data_file
 from kbert.data.tfds_source import check_source, class_names, describe, tfds_examples
+from kbert.text_files import DataFormatError, read_text_lines
 
 GLUE_SPLITS = ("train", "dev", "test")
 # kbert's split names -> TensorFlow Datasets'.
@@ -125,8 +126,8 @@ def load_glue(task, split, path=None, source="local"):
 
     Raises:
         ValueError: unknown task, split or source.
-        DataFormatError: the header or a row is malformed, or a TFDS train
-            or dev example has no label.
+        DataFormatError: the header or a row is malformed, the file has no
+            rows, or a TFDS train or dev example has no label.
     """
     info = get_glue_task(task)
     if split not in GLUE_SPLITS:
@@ -148,7 +149,8 @@ def load_glue(task, split, path=None, source="local"):
 
     # Sentences contain quote characters, so the files must be split on tabs
     # alone; a csv reader would join quoted rows.
-    lines = read_lines(path)
+    # An empty file fails the header check below, which names the file.
+    lines = read_text_lines(path, allow_empty=True)
     line_number, line = next(lines, (1, ""))
     if tuple(line.split("\t")) != header:
         expected = "\\t".join(header)
@@ -169,6 +171,8 @@ def load_glue(task, split, path=None, source="local"):
                 problem = f"unknown label {label!r}, expected one of {list(info.label_values)}"
                 raise DataFormatError(path, line_number, problem, line)
             labels.append(info.label_values.index(label))
+    if not columns[0]:
+        raise DataFormatError(path, None, "the file has the header but no rows")
 
     texts = tuple(columns) if info.is_pair else columns[0]
     return texts, labels

@@ -1,4 +1,4 @@
-"""Where data files live, how they are fetched, and how their lines are read."""
+"""Where data files live and how they are fetched."""
 
 import dataclasses
 import os
@@ -6,29 +6,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from kbert.atomic_files import ordinary_modes
+from kbert.text_files import DataFormatError  # noqa: F401 (kbert.data's error type)
+
 DATA_ENV = "KBERT_DATA"
 CACHE_ENV = "KBERT_CACHE"
 DOWNLOAD_TIMEOUT_SECONDS = 10
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class DataFormatError(ValueError):
-    """A data file does not have the expected format.
-
-    The message names the file, the 1-based line number and the line itself,
-    so the problem can be found with an editor. Data that comes from no file
-    (a TensorFlow Datasets split) has `line_number` None and is named as is.
-    """
-
-    def __init__(self, path, line_number, problem, line=None):
-        self.path = Path(path) if line_number is not None else path
-        self.line_number = line_number
-        where = self.path if line_number is None else f"{self.path}, line {line_number}"
-        message = f"{where}: {problem}"
-        if line is not None:
-            message += f": {_shorten(line)}"
-        super().__init__(message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,37 +124,9 @@ def _download(source, target):
                     while chunk := member.read(1 << 20):
                         extracted.write(chunk)
             result = temporary_paths[-1]
+        ordinary_modes(result)  # `mkstemp` made it 0600: private to this user
         os.replace(result, target)
     finally:
         for name in temporary_paths:
             if os.path.exists(name):
                 os.remove(name)
-
-
-def read_lines(path):
-    """Yields `(line_number, line)` for each line of a UTF-8 text file.
-
-    Line ends (`\\n` or `\\r\\n`) and a leading byte-order mark are removed. A
-    final line end does not count as an extra empty line.
-
-    Raises:
-        DataFormatError: a line is not valid UTF-8.
-    """
-    lines = Path(path).read_bytes().split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    for line_number, raw_line in enumerate(lines, start=1):
-        raw_line = raw_line.removesuffix(b"\r")
-        try:
-            line = raw_line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            problem = f"invalid UTF-8 at byte {error.start} ({error.reason})"
-            raise DataFormatError(path, line_number, problem, raw_line) from None
-        if line_number == 1:
-            line = line.removeprefix("\ufeff")
-        yield line_number, line
-
-
-def _shorten(line, limit=80):
-    shown = repr(line[:limit])
-    return shown + "..." if len(line) > limit else shown

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from kbert.atomic_files import contains_path
+from kbert.atomic_files import contains_path, make_folder_beside
 from kbert.data.documents import CorpusStats, corpus_files, read_documents
 from kbert.distribute import agreed_seed, is_multi_worker
 from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
@@ -697,7 +697,8 @@ def prepare_pretraining_data(
                           sentence_order_rate, short_sequence_rate, document_boundary,
                           document_buffer, seed)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    # Not `tempfile.mkdtemp`: its 0700 would hide the published corpus from other users.
+    staging = Path(make_folder_beside(output_dir))
     shards, writer, count = [], None, 0
     progress = _Progress(lambda: _reading(source, count, len(shards)), verbose)
     try:

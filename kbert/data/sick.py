@@ -3,7 +3,8 @@
 import math
 from pathlib import Path
 
-from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+from kbert.data.paths import DataSource, find_data_file
+from kbert.text_files import DataFormatError, read_text_lines
 
 SICK_FILE = "sick/SICK.txt"
 # The release is a zip behind a web page; the reader does not fetch it.
@@ -51,8 +52,8 @@ def load_sick(split, path=None, relatedness=False):
 
     Raises:
         ValueError: unknown split.
-        DataFormatError: the header or a row is malformed; the message gives
-            file and line.
+        DataFormatError: the header or a row is malformed (the message gives
+            file and line), or the file has no row of the split.
     """
     if split not in SICK_SPLITS:
         raise ValueError(
@@ -64,7 +65,8 @@ def load_sick(split, path=None, relatedness=False):
     path = Path(path)
     wanted = SICK_SPLITS[split]
 
-    lines = read_lines(path)
+    # An empty file fails the header check below, which names the file.
+    lines = read_text_lines(path, allow_empty=True)
     line_number, line = next(lines, (1, ""))
     if tuple(line.split("\t")) != SICK_HEADER:
         expected = "\\t".join(SICK_HEADER[:4]) + "\\t..."
@@ -102,6 +104,8 @@ def load_sick(split, path=None, relatedness=False):
         sentences_b.append(sentence_b)
         labels.append(SICK_LABEL_NAMES.index(label))
         scores.append(score)
+    if not labels:
+        raise DataFormatError(path, None, f"the file has no row whose SemEval_set is {wanted}")
 
     pairs = (sentences_a, sentences_b)
     return (pairs, labels, scores) if relatedness else (pairs, labels)

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kbert.data.paths import DataFormatError, DataSource, find_data_file, read_lines
+from kbert.data.paths import DataSource, find_data_file
+from kbert.text_files import DataFormatError, read_text_lines
 
 SMS_SPAM_FILE = "sms_spam_collection/SMSSpamCollection"
 SMS_SPAM_SOURCE = DataSource(
@@ -33,13 +34,14 @@ def load_sms_spam(path=None):
     (5574, 747)
 
     Raises:
-        DataFormatError: a line is malformed; the message gives file and line.
+        DataFormatError: a line is malformed (the message gives file and
+            line), or the file is empty.
     """
     if path is None:
         path = find_data_file(SMS_SPAM_FILE, SMS_SPAM_SOURCE)
     path = Path(path)
     texts, labels = [], []
-    for line_number, line in read_lines(path):
+    for line_number, line in read_text_lines(path):
         label, tab, text = line.partition("\t")
         if not tab:
             problem = "expected 'ham' or 'spam', a tab, then the text"

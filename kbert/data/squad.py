@@ -126,6 +126,8 @@ def load_squad(path=None, articles=None, strict=True, source="local", split=None
     for index in selected:
         records.extend(reader.read_article(index, data[index]))
     reader.report()
+    if not records and articles is None:
+        raise DataFormatError(path, None, "the file has no questions")
     return records
 
 

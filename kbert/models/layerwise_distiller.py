@@ -96,6 +96,10 @@ class LayerwiseDistiller(SavesAtomically, keras.Model):
     True
     """
 
+    # `kbert.callbacks.TensorBoard`'s name for the loss: a sum of squared
+    # errors, on no common scale with a task's loss beside it.
+    summary_loss_name = "layerwise_loss"
+
     def __init__(self, teacher, student, preprocessor=None, layer_map=None, embeddings=True,
                  hidden_states=True, attention=True, **kwargs):
         super().__init__(**kwargs)

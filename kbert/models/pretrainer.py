@@ -112,6 +112,10 @@ class Pretrainer(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnuse
     ['loss', 'mlm_accuracy', 'mlm_loss', 'sop_accuracy', 'sop_loss']
     """
 
+    # `kbert.callbacks.TensorBoard`'s name for the loss: its scale (about 6
+    # to 10 early on) would flatten fine-tuning's (under 1) on a shared card.
+    summary_loss_name = "pretraining_loss"
+
     @property
     def uses_pooler(self):
         # Only the pair head (NSP or SOP) reads the pooled [CLS] vector.

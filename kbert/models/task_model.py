@@ -18,6 +18,7 @@ from kbert.optimization import (
     start_schedule_window,
     with_loss_scaling,
 )
+from kbert.progress_bar import progress_bar
 from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
 
 
@@ -233,7 +234,7 @@ class TaskModel(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnused
         """Runs `function` (a `tf.function` of TF tensors) on each batch, with a progress bar; NumPy results."""
         batches = list(batches)
         show = verbose not in (0, False) and len(batches) > (1 if verbose == "auto" else 0)
-        progress = keras.utils.Progbar(len(batches)) if show else None
+        progress = progress_bar(len(batches)) if show else None
         results = []
         for step, batch in enumerate(batches):
             output = function(*batch) if isinstance(batch, tuple) else function(batch)

@@ -8,9 +8,12 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
+from kbert.text_files import read_text_lines
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+# A vocabulary with at least this share of capitalised word tokens is cased.
+_CASED_SHARE = 0.9
 
 # The character classes of BERT's basic tokenizer, as RE2 patterns.
 _WHITESPACE = r"[\t\n\r\p{Z}]"
@@ -24,16 +27,31 @@ _CJK = (
 _DROPPED = r"[\p{C}\x{FFFD}]"
 
 
-def read_vocabulary(vocabulary):
-    """Returns the tokens of a vocabulary given as a list or a `vocab.txt` path."""
+def read_vocabulary(vocabulary, lowercase=None):
+    """Returns the tokens of a vocabulary given as a list or a `vocab.txt` path.
+
+    A file is read as every kbert text file is (`kbert.text_files`): one
+    token per line, LF, CRLF or CR line ends, a byte-order mark removed.
+
+    Args:
+        vocabulary: a list of tokens, or the path of a `vocab.txt`.
+        lowercase: when given, whether the tokenizer that will use the
+            vocabulary lower-cases text: with True, a vocabulary whose word
+            tokens are (almost) all capitalised is refused.
+
+    Raises:
+        ValueError: the file is not UTF-8 or holds a NUL byte (a
+            `DataFormatError` naming file and line); a token is empty, has
+            surrounding whitespace, repeats or holds a NUL; a special token
+            is missing; the casing does not fit `lowercase`.
+    """
     if isinstance(vocabulary, (str, os.PathLike)):
         path = os.fspath(vocabulary)
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"Vocabulary file not found: {path}")
         if tf.io.gfile.isdir(path):
             raise IsADirectoryError(f"{path} is a folder, not a vocabulary file.")
-        with tf.io.gfile.GFile(path, "r") as f:
-            tokens = f.read().splitlines()
+        tokens = [line for _, line in read_text_lines(path)]
         source = path
     else:
         tokens = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in vocabulary]
@@ -44,6 +62,8 @@ def read_vocabulary(vocabulary):
             raise ValueError(
                 f"{source}, line {line}: a token is empty or has surrounding whitespace: {token!r}."
             )
+        if "\x00" in token:  # TF-Text's WordPiece cannot hold it
+            raise ValueError(f"{source}, line {line}: a token holds a NUL character: {token!r}.")
         if token in seen:
             raise ValueError(
                 f"{source}, line {line}: token {token!r} repeats line {seen[token]}."
@@ -55,7 +75,33 @@ def read_vocabulary(vocabulary):
             f"{source} lacks the special tokens {missing}; a BERT vocabulary needs all of "
             f"{list(SPECIAL_TOKENS)}."
         )
+    if lowercase is not None:
+        _check_casing(tokens, lowercase, source)
     return tokens
+
+
+def _check_casing(tokens, lowercase, source):
+    """Refuses to lower-case text for a vocabulary whose words are (almost) all capitalised.
+
+    Lower-cased text never matches a token with a capital letter: with such a
+    vocabulary nearly every word would become `[UNK]`, silently.
+    """
+    if not lowercase:
+        return
+    cased = capitalised = 0
+    for token in tokens:
+        if token in SPECIAL_TOKENS or (token.startswith("[") and token.endswith("]")):
+            continue
+        word = token.removeprefix("##")
+        if word.lower() != word.upper():  # has a letter with case
+            cased += 1
+            capitalised += word.lower() != word
+    if cased and capitalised >= _CASED_SHARE * cased:
+        raise ValueError(
+            f"{source}: {capitalised:,} of its {cased:,} word tokens have capital letters, which "
+            "lower-cased text never matches (every word would become [UNK]); for a cased "
+            "vocabulary pass --cased (lowercase=False in Python)."
+        )
 
 
 def _is_token_list(vocabulary):
@@ -92,7 +138,9 @@ class Tokenizer(BaseTokenizer):
             token per line. It must contain `[PAD] [UNK] [CLS] [SEP] [MASK]`.
             A config (a `.keras` file) holds the tokens; one naming a path
             loads only with Keras safe mode off.
-        lowercase: lower-case the text (for "uncased" vocabularies).
+        lowercase: lower-case the text (for "uncased" vocabularies). A
+            vocabulary whose word tokens are (almost) all capitalised is
+            refused with it: lower-cased text would match none of them.
         strip_accents: remove accents; defaults to `lowercase`, as BERT does.
         special_tokens_in_strings: keep `[MASK]`, `[SEP]`, ... written in the
             text as single tokens, so `"the [MASK] sat"` can be filled.
@@ -118,8 +166,8 @@ class Tokenizer(BaseTokenizer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.vocabulary = read_vocabulary(vocabulary)
         self.lowercase = bool(lowercase)
+        self.vocabulary = read_vocabulary(vocabulary, lowercase=self.lowercase)
         self.strip_accents = self.lowercase if strip_accents is None else bool(strip_accents)
         self.special_tokens_in_strings = bool(special_tokens_in_strings)
         self.max_chars_per_word = int(max_chars_per_word)

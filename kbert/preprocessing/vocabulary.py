@@ -1,14 +1,19 @@
 """Learning a WordPiece vocabulary from raw text."""
 
 import collections
+import os
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer
+from kbert.progress_bar import progress_bar
+from kbert.text_files import read_text_lines
+
+# The text tokenized at a time while counting words.
+_BATCH_BYTES = 1 << 20
 
 
 def _glob_all(patterns):
@@ -22,15 +27,42 @@ def _glob_all(patterns):
     return files
 
 
+def _matched_files(files):
+    patterns = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    patterns = [os.fspath(p) for p in patterns]
+    matched = _glob_all(patterns)
+    if matched is None:
+        missing = [p for p in patterns if not tf.io.gfile.glob(p)]
+        raise FileNotFoundError(f"No file matches {missing}.")
+    return matched
+
+
+def _file_batches(files, batch_size):
+    """Batches of the files' lines: at most `batch_size` lines and `_BATCH_BYTES` bytes.
+
+    Lines are read as every kbert text file is (`kbert.text_files`); a line
+    longer than a batch (a book without line ends) comes in pieces cut at
+    spaces, which gives the same words. Memory is bounded by the bytes of a
+    batch, not by its number of lines.
+    """
+    batch, size = [], 0
+    for path in files:
+        for _, line in read_text_lines(path, long_lines="split", allow_empty=True,
+                                       max_line_bytes=_BATCH_BYTES):
+            line_bytes = len(line.encode("utf-8"))
+            if batch and (len(batch) >= batch_size or size + line_bytes > _BATCH_BYTES):
+                yield tf.constant(batch)
+                batch, size = [], 0
+            batch.append(line)
+            size += line_bytes
+    if batch:
+        yield tf.constant(batch)
+
+
 def _text_batches(data, files, batch_size):
-    """A dataset of text batches, and the number of texts when it is known."""
+    """Batches of texts (a dataset or a generator), and the number of texts when it is known."""
     if files is not None:
-        patterns = [files] if isinstance(files, str) else list(files)
-        matched = _glob_all(patterns)
-        if matched is None:
-            missing = [p for p in patterns if not tf.io.gfile.glob(p)]
-            raise FileNotFoundError(f"No file matches {missing}.")
-        return tf.data.TextLineDataset(matched).batch(batch_size), None
+        return _file_batches(files, batch_size), None
     if isinstance(data, tf.data.Dataset):
         spec = data.element_spec
         if isinstance(spec, tuple):  # (texts, labels): learn from the texts.
@@ -67,7 +99,9 @@ def learn_vocabulary(
     Args:
         data: a list or array of texts, a `tf.data.Dataset` of texts (or of
             `(text, label)`), or a list of file paths or glob patterns (every
-            one matching files), read one text per line.
+            one matching files), read one text per line as every kbert text
+            file is (`kbert.text_files`: LF, CRLF or CR line ends; invalid
+            UTF-8 or a NUL byte is an error naming file and line).
         vocabulary_size: the number of tokens to learn. The result has
             exactly this many, unless the text has fewer distinct pieces
             (then all of them), or the special tokens and the alphabet
@@ -78,7 +112,8 @@ def learn_vocabulary(
         files: file paths or glob patterns, instead of `data`.
         max_unique_characters: the alphabet size; words with rarer
             characters are not counted (they become `[UNK]`).
-        batch_size: texts tokenized at a time while counting.
+        batch_size: the most texts tokenized at a time while counting
+            (files are also read in batches of at most 1 MiB).
         verbose: show progress.
 
     Returns:
@@ -99,12 +134,14 @@ def learn_vocabulary(
         # A list in which every entry names existing files is a list of files.
         if _glob_all(data) is not None:
             files, data = data, None
+    if files is not None:
+        files = _matched_files(files)
     batches, total = _text_batches(data, files, batch_size)
 
     pre_tokenizer = Tokenizer(
         list(SPECIAL_TOKENS), lowercase=lowercase, strip_accents=strip_accents
     )
-    progress = keras.utils.Progbar(total, unit_name="text") if verbose else None
+    progress = progress_bar(total, unit_name="text") if verbose else None
     counts = collections.Counter()
     texts_seen = 0
     for batch in batches:
@@ -120,6 +157,9 @@ def learn_vocabulary(
     for token in SPECIAL_TOKENS:
         counts.pop(token.encode(), None)
     if not counts:
+        if files is not None:
+            shown = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
+            raise ValueError(f"{shown}: no words to learn a vocabulary from: the text is empty or blank.")
         raise ValueError(f"No words to learn from: the {texts_seen} texts given are empty.")
 
     if verbose:

@@ -16,6 +16,7 @@ import time
 import keras
 import tensorflow as tf
 
+from kbert.atomic_files import ordinary_modes
 from kbert.serving import op_allowlist
 from kbert.serving.serving_module import ServingModule
 
@@ -141,7 +142,8 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
                 f"Did not export {type(model).__name__} to {target}: its graph uses ops that "
                 f"{op_allowlist.served_by()} lacks, so the model server could not load it: {missing}."
             )
-        _follow_umask(staging)
+        ordinary_modes(staging)  # mkdtemp's 0700 would hide it from a server running as another user
+        _check_parent(target)
         target = _move_into_place(staging, target, overwrite and not chosen, chosen)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -149,41 +151,95 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     return target
 
 
-_EXPORT_COMMAND = "import sys; from kbert.serving.exporter import export_file; export_file(sys.argv[1])"
-# The errors an export in a TensorFlow process raises as they are, by name.
-_EXPORT_ERRORS = {error.__name__: error for error in (ValueError, TypeError, FileExistsError, FileNotFoundError)}
+# The start of the TensorFlow process of `_export_in_tensorflow`, before its
+# slow imports: on Linux the kernel kills it as soon as its parent dies
+# (prctl PR_SET_PDEATHSIG), and a parent that died before that (its process
+# id is the second argument) ends it at once. Standard library only, so
+# that it runs in milliseconds.
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+parent = int(sys.argv[2])
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+if os.getppid() != parent:
+    sys.exit(1)
+"""
+_EXPORT_COMMAND = _DIE_WITH_PARENT + "from kbert.serving.exporter import export_file\nexport_file(sys.argv[1], parent)\n"
+# The errors an export in a TensorFlow process raises as they are, by name:
+# the user's errors, which kbert's CLI shows as one line.
+_EXPORT_ERRORS = {
+    error.__name__: error
+    for error in (ValueError, TypeError, OSError, FileExistsError, FileNotFoundError, IsADirectoryError,
+                  NotADirectoryError, PermissionError, TimeoutError)
+}
+# The process that started this one, in a TensorFlow process of
+# `_export_in_tensorflow`: the export publishes nothing once it is gone.
+_parent = None
 
 
 def _export_in_tensorflow(model, directory, version, overwrite, text_pairs):
-    """`export` of a model of another backend: its `.keras` file, exported by a TensorFlow process."""
+    """`export` of a model of another backend: its `.keras` file, exported by a TensorFlow process.
+
+    The process dies with this one: killed, it never publishes a version.
+    Its errors come back as one line.
+    """
     arguments = {"directory": directory, "version": version, "overwrite": overwrite, "text_pairs": text_pairs}
     with tempfile.TemporaryDirectory(prefix="kbert-export-") as folder:
         arguments["model"] = os.path.join(folder, "model.keras")
-        model.save(arguments["model"])
+        try:
+            model.save(arguments["model"])
+        except OSError as error:  # a full disk or file size limit: say where, as TMPDIR chooses it
+            raise type(error)(error.errno, f"{error.strerror or error} (the model's copy for the TensorFlow "
+                                           "export process; TMPDIR chooses its folder)",
+                              arguments["model"]) from None
         environment = {**os.environ, "KERAS_BACKEND": "tensorflow"}
         result = subprocess.run(
-            [sys.executable, "-c", _EXPORT_COMMAND, json.dumps(arguments)],
+            [sys.executable, "-c", _EXPORT_COMMAND, json.dumps(arguments), str(os.getpid())],
             env=environment, capture_output=True, text=True,
         )
     lines = result.stdout.strip().splitlines()
     answer = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if "path" in answer:
         return answer["path"]
-    if "error" in answer:
-        raise _EXPORT_ERRORS.get(answer["error"], RuntimeError)(answer["message"])
-    raise RuntimeError(f"The TensorFlow process exporting the model failed:\n{result.stderr[-3000:]}")
+    if "error" in answer and answer["error"] in _EXPORT_ERRORS:
+        raise _EXPORT_ERRORS[answer["error"]](answer["message"])
+    if "error" in answer:  # a TensorFlow error (a full disk), or a fault of kbert's
+        raise ChildProcessError(f"The TensorFlow process exporting the model failed: {answer['error']}: "
+                                f"{answer['message']}")
+    # No answer: the process crashed or was killed (out of memory); its last line says how.
+    last = [line.strip() for line in result.stderr.strip().splitlines() if line.strip()][-1:]
+    raise ChildProcessError(f"The TensorFlow process exporting the model ended with exit status "
+                            f"{result.returncode}{': ' + last[0] if last else ''}")
 
 
-def export_file(arguments):
-    """`export` of the `.keras` file in `arguments` (JSON of `export`'s, and `model`), printed as JSON: the path or the error."""
+def export_file(arguments, parent=None):
+    """`export` of the `.keras` file in `arguments` (JSON of `export`'s, and `model`), printed as JSON: the path or the error.
+
+    `parent`: the process id of the process that started this one; the
+    version is not published once it has died. An error is printed as its
+    type's name and its message's first line.
+    """
+    global _parent
+
     import kbert
 
     arguments = json.loads(arguments)
+    _parent = parent
     try:
         model = kbert.load_model(arguments.pop("model"))
         print(json.dumps({"path": export(model, **arguments)}))
-    except tuple(_EXPORT_ERRORS.values()) as error:
-        print(json.dumps({"error": type(error).__name__, "message": str(error)}))
+    except Exception as error:
+        message = getattr(error, "message", None) or str(error) or type(error).__name__  # TensorFlow's own
+        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+        print(json.dumps({"error": type(error).__name__, "message": lines[0] if lines else type(error).__name__}))
+    finally:
+        _parent = None
+
+
+def _check_parent(target):
+    """In an export process started by `_export_in_tensorflow`: refuses to publish once its parent has died."""
+    if _parent is not None and os.getppid() != _parent:
+        raise ChildProcessError(f"Did not export to {target}: the process that asked for the export has ended.")
 
 
 def versions(directory):
@@ -369,34 +425,3 @@ def _is_running(pid):
     except PermissionError:  # it exists, as another user's process
         return True
     return True
-
-
-def _umask():
-    # Read without changing it where the system says it (Linux); otherwise
-    # set and restore it, as there is no other way to read it.
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _follow_umask(folder):
-    """Gives `folder` and everything in it the modes of ordinary new files and folders.
-
-    `tempfile.mkdtemp` makes the staging folder private (0700) whatever the
-    umask, which would hide the version from a model server running as
-    another user once the folder is renamed into place.
-    """
-    mask = _umask()
-    os.chmod(folder, 0o777 & ~mask)
-    for root, folders, files in os.walk(folder):
-        for name in folders:
-            os.chmod(os.path.join(root, name), 0o777 & ~mask)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o666 & ~mask)

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.serving.exporter import latest_version
+from kbert.serving.op_safety import check_safe_to_load
 from kbert.serving.serving_module import SERVING_DEFAULT
 
 # The order texts are given in, for signatures with several inputs.
@@ -19,9 +20,17 @@ class SavedModelPredictor:
     to each example's own `word_counts` / `candidate_counts`, and strings
     are decoded.
 
+    A SavedModel is a program: loading and calling it runs its graph with
+    the user's rights. Before loading, its ops are checked
+    (`kbert.serving.check_safe_to_load`): a model whose graph can read or
+    write files, reach the network, run Python or end the process is
+    refused, unless `trust=True`.
+
     Args:
         path: a model folder of numbered versions (`saved_models/spam`)
             or one version folder.
+        trust: load without checking the ops, for a model whose source
+            you trust.
 
     Example:
     >>> vocab = kbert.learn_vocabulary(["WINNER!! claim your prize", "see you at lunch"] * 5,
@@ -37,8 +46,10 @@ class SavedModelPredictor:
     (['label_ids', 'labels', 'probabilities'], True)
     """
 
-    def __init__(self, path):
+    def __init__(self, path, trust=False):
         self.path = latest_version(path)
+        if not trust:
+            check_safe_to_load(self.path)
         self._loaded = tf.saved_model.load(self.path)
         if SERVING_DEFAULT not in self._loaded.signatures:
             raise ValueError(f"{self.path} has no '{SERVING_DEFAULT}' signature.")

@@ -60,3 +60,16 @@ def test_epoch_only_summaries(tmp_path):
     train = scalars(tmp_path / "train")
     assert sorted(train["epoch/loss"]) == [0, 1, 2]
     assert not any(tag.startswith("steps/") for tag in train)
+
+
+def test_a_model_names_its_loss_for_summaries(tmp_path):
+    # A pretrainer's loss (about 6) must not share the `epoch/loss` card of the
+    # fine-tuning runs beside it (under 1): it names its own.
+    model = tiny_model()
+    model.summary_loss_name = "pretraining_loss"
+    x, y = tiny_data(2)
+    fit(model, [TensorBoard(str(tmp_path), update_freq=1)], epochs=1, batches=2, validation_data=(x, y))
+    train, validation = scalars(tmp_path / "train"), scalars(tmp_path / "validation")
+    assert {"epoch/pretraining_loss", "steps/pretraining_loss_running_mean"} <= set(train)
+    assert {"epoch/pretraining_loss", "steps/pretraining_loss"} <= set(validation)
+    assert not any(tag.split("/")[1].startswith("loss") for tag in list(train) + list(validation))

@@ -144,15 +144,17 @@ def test_pretraining_heads_load_and_save(proto, tmp_path):
 def test_mismatched_config_fails_with_the_tensors_named(proto, tmp_path):
     backbone = random_backbone(proto, **SHAPES["2 groups x 2 inner"])
     folder = write_huggingface_albert(tmp_path / "groups", backbone, proto, config_changes={"num_hidden_groups": 1})
-    with pytest.raises(ValueError, match=r"does not fit the encoder:[\s\S]*unknown tensor "
-                       r"encoder\.albert_layer_groups\.1\.albert_layers\.0\.attention\.query\.weight"):
+    # The config is checked against the tensors before an encoder of its size is built.
+    with pytest.raises(ValueError, match=r"groups/config\.json: num_hidden_groups is 1, but \S*groups/"
+                       r"model\.safetensors holds tensors for 2"):
         kbert.load_pretrained(str(folder))
     folder = write_huggingface_albert(tmp_path / "size", backbone, proto, config_changes={"embedding_size": 12})
-    with pytest.raises(ValueError, match=r"embeddings\.word_embeddings\.weight has shape \(800, 8\); "
-                       r"token_embedding/embeddings has \(800, 12\)"):
+    with pytest.raises(ValueError, match=r"embedding_size is 12, but \S*model\.safetensors holds "
+                       r"embeddings\.word_embeddings\.weight of shape \(800, 8\)"):
         kbert.load_pretrained(str(folder))
     folder = write_huggingface_albert(tmp_path / "vocab", backbone, proto, config_changes={"vocab_size": 900})
-    with pytest.raises(ValueError, match="spiece.model has 800 pieces but the model embeds 900"):
+    with pytest.raises(ValueError, match=r"vocab_size is 900, but \S*model\.safetensors holds "
+                       r"embeddings\.word_embeddings\.weight of shape \(800, 8\)"):
         kbert.load_pretrained(str(folder))
     folder = write_huggingface_albert(tmp_path / "act", backbone, proto, config_changes={"hidden_act": "relu"})
     with pytest.raises(ValueError, match="hidden_act 'relu' is not supported"):
@@ -160,9 +162,45 @@ def test_mismatched_config_fails_with_the_tensors_named(proto, tmp_path):
     folder = write_huggingface_albert(tmp_path / "divide", backbone, proto, config_changes={"num_hidden_groups": 3})
     with pytest.raises(ValueError, match="num_hidden_groups 3 does not divide num_hidden_layers 4"):
         kbert.load_pretrained(str(folder))
-    os.remove(tmp_path / "size" / "spiece.model")
+    folder = write_huggingface_albert(tmp_path / "no-model", backbone, proto)
+    os.remove(tmp_path / "no-model" / "spiece.model")
     with pytest.raises(FileNotFoundError, match="has no spiece.model"):
-        kbert.load_pretrained(str(tmp_path / "size"))
+        kbert.load_pretrained(str(folder))
+
+
+def test_malformed_albert_folders_name_the_file_and_key(proto, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    from kbert.checkpoints.checkpoint_files import CheckpointError
+
+    backbone = random_backbone(proto, **SHAPES["one group"])
+
+    def error_of(folder):
+        with pytest.raises(CheckpointError) as error:
+            kbert.load_pretrained(str(folder))
+        assert "\n" not in str(error.value)
+        return error.value
+
+    for key, value in [("num_hidden_groups", "one"), ("embedding_size", 0), ("inner_group_num", 1.5),
+                       ("hidden_act", "swish"), ("hidden_dropout_prob", -0.1)]:
+        folder = write_huggingface_albert(tmp_path / key, backbone, proto, config_changes={key: value})
+        error = error_of(folder)
+        assert (error.path, error.key) == (str(folder / "config.json"), key)
+
+    folder = write_huggingface_albert(tmp_path / "albert", backbone, proto)
+    (folder / "tokenizer_config.json").write_text('{"keep_accents": "no"}')
+    error = error_of(folder)
+    assert (error.path, error.key) == (str(folder / "tokenizer_config.json"), "keep_accents")
+    (folder / "tokenizer_config.json").unlink()
+
+    weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    tensors["albert.pooler.bias"][0] = np.inf
+    save_file(tensors, weights)
+    error = error_of(folder)
+    assert (error.path, error.key) == (str(weights), "albert.pooler.bias")
+    weights.write_bytes(weights.read_bytes()[:-10])
+    assert str(error_of(folder)).startswith(f"{weights}: not a readable safetensors file")
 
 
 def test_save_pretrained_refuses_mixed_formats(proto, tmp_path):

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from kbert.data import DataFormatError, data_dir, find_data_file, paths
-from kbert.data.paths import DataSource, cache_dir, read_lines
+from kbert.data import data_dir, find_data_file, paths
+from kbert.data.paths import DataSource, cache_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,21 +150,6 @@ def test_bad_archive_leaves_nothing(empty_data_dir, monkeypatch, content, error)
     assert files_under(empty_data_dir / "cache") == []
 
 
-def test_read_lines_handles_bom_crlf_and_final_newline(tmp_path):
-    path = tmp_path / "f.txt"
-    path.write_bytes("\ufeffone\r\ntwo\n\nfour\n".encode("utf-8"))
-    assert list(read_lines(path)) == [(1, "one"), (2, "two"), (3, ""), (4, "four")]
-
-
-def test_read_lines_reports_invalid_utf8_with_line_number(tmp_path):
-    path = tmp_path / "f.txt"
-    path.write_bytes(b"ok\nalso ok\nbad \xff byte\n")
-    with pytest.raises(DataFormatError, match=r"f\.txt, line 3: invalid UTF-8") as raised:
-        list(read_lines(path))
-    assert raised.value.line_number == 3
-    assert isinstance(raised.value, ValueError)
-
-
 def test_data_modules_do_not_import_tensorflow():
     import subprocess
     import sys
@@ -178,3 +163,16 @@ def test_data_modules_do_not_import_tensorflow():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False False", result.stderr
+
+
+def test_a_downloaded_file_has_the_mode_the_umask_gives(empty_data_dir, monkeypatch):
+    import os
+    import stat
+
+    serve(monkeypatch, b"plain bytes")
+    mask = os.umask(0o027)
+    try:
+        path = find_data_file("x/file.bin", DataSource("https://example.invalid/file.bin"))
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640  # not the 0600 of a temporary file

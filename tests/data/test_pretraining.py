@@ -378,7 +378,7 @@ def test_non_utf8_file_names_file_and_line(tmp_path, vocabulary):
     corpus = write_corpus(tmp_path / "corpus", files=2)
     bad = corpus / "latin1.txt"
     bad.write_bytes(b"A good line.\nAnother.\nCaf\xe9 au lait.\n")
-    with pytest.raises(DataFormatError, match=r"latin1\.txt, line 3: not UTF-8"):
+    with pytest.raises(DataFormatError, match=r"latin1\.txt, line 3: invalid UTF-8"):
         make_dataset(corpus, vocabulary)
     with pytest.raises(DataFormatError, match=r"latin1\.txt, line 3"):
         prepare(corpus, vocabulary, tmp_path / "out")

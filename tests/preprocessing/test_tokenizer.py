@@ -273,6 +273,39 @@ def test_read_vocabulary_missing_special_tokens_names_them():
         kbert.Tokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the"])
 
 
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"\xef\xbb\xbf" + "\r\n".join(TINY_VOCABULARY).encode() + b"\r\n", None),
+        ("\n".join(TINY_VOCABULARY[:6] + ["c\x00t"] + TINY_VOCABULARY[7:]).encode(), "line 7: a NUL byte"),
+        ("\n".join(TINY_VOCABULARY[:6]).encode() + b"\ncaf\xe9\n", "line 7: invalid UTF-8"),
+    ],
+    ids=["bom-and-crlf", "nul-in-a-token", "not-utf8"],
+)
+def test_cli_reads_vocabulary_files_as_text_files(tmp_path, capsys, content, problem):
+    # Vocabulary files go through kbert.text_files, as every text file kbert takes.
+    from kbert import cli
+    from tests.models.pretraining_run import write_corpus
+
+    write_corpus(tmp_path / "corpus", documents=2, sentences=6)
+    (tmp_path / "vocab.txt").write_bytes(content)
+    status = cli.main(["prepare-pretraining", "--corpus", str(tmp_path / "corpus" / "*.txt"),
+                       "--vocabulary", str(tmp_path / "vocab.txt"), "--out", str(tmp_path / "prepared"),
+                       "--sequence-length", "16"])
+    err = capsys.readouterr().err.strip()
+    if problem is None:
+        assert status == 0, err
+        assert read_vocabulary(str(tmp_path / "vocab.txt")) == TINY_VOCABULARY
+    else:
+        assert status == 2 and f"vocab.txt, {problem}" in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "prepared").exists()
+
+
+def test_a_nul_in_a_token_list_is_refused_before_wordpiece_sees_it():
+    with pytest.raises(ValueError, match=r"the vocabulary list, line 7: a token holds a NUL"):
+        kbert.Tokenizer(TINY_VOCABULARY[:6] + ["c\x00t"] + TINY_VOCABULARY[7:])
+
+
 def test_read_vocabulary_duplicate_token_names_token_and_lines(tmp_path):
     lines = SPECIALS + ["the", "cat", "the"]
     with pytest.raises(ValueError) as error:
@@ -606,3 +639,28 @@ def test_continuation_ids_are_the_word_pieces():
     ids = tokenizer(["the playing plays"]).to_list()[0]
     # Each word's first piece is not a continuation, the others are.
     assert [i in tokenizer.continuation_ids() for i in ids] == [False, False, True, False, True]
+
+
+def test_cli_train_refuses_an_uppercase_vocabulary_unless_cased(tmp_path, monkeypatch, capsys):
+    from kbert import cli
+
+    upper = SPECIALS + [token.upper() for token in TINY_VOCABULARY[5:]]
+    (tmp_path / "vocab.txt").write_text("\n".join(upper) + "\n")
+    rows = "sentence\tlabel\n" + "THE CAT SAT .\t1\nA BAD FILM !\t0\n" * 4
+    for split in ("train", "dev"):
+        path = tmp_path / "data" / "glue" / "SST-2" / f"{split}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(rows)
+    monkeypatch.setenv("KBERT_DATA", str(tmp_path / "data"))
+    arguments = ["train", "sst2", "--encoder", "tiny", "--vocabulary", str(tmp_path / "vocab.txt"),
+                 "--out", str(tmp_path / "run"), "--epochs", "1", "--sequence-length", "16",
+                 "--batch-size", "4", "--quiet"]
+    assert cli.main(arguments) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vocab.txt: 18 of its 18 word tokens have capital letters" in err and "--cased" in err
+    assert len(err.splitlines()) == 1
+
+    assert cli.main(arguments + ["--cased"]) == 0
+    tokenizer = kbert.load_model(str(tmp_path / "run" / "model.keras")).preprocessor.tokenizer
+    assert not tokenizer.lowercase
+    assert tokens_of(tokenizer, ["THE CATS SAT."]) == [["THE", "CAT", "##S", "SAT", "."]]

@@ -270,3 +270,47 @@ def test_vocabulary_size_is_respected_on_a_real_corpus():
     tokenizer = kbert.Tokenizer(vocabulary)
     ids = tokenizer(texts).flat_values.numpy()
     assert tokenizer.unk_token_id not in ids
+
+
+# `kbert vocabulary` reads its files as every kbert text file is read (kbert.text_files).
+def test_cli_learns_the_words_of_a_file_with_cr_line_ends(tmp_path, capsys):
+    from kbert import cli
+
+    corpus = tmp_path / "mac.txt"
+    corpus.write_bytes(b"alpha beta\rgamma delta\r" * 10)  # old Mac line ends, as prepare-pretraining reads
+    out = tmp_path / "vocab.txt"
+    assert cli.main(["vocabulary", str(corpus), "--size", "100", "--out", str(out)]) == 0
+    tokens = out.read_text().splitlines()
+    assert {"alpha", "beta", "gamma", "delta"} <= set(tokens)
+    assert not {"betagamma", "deltaalpha"} & set(tokens)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [(b"the cat\nsat on \xe9 mat\n", "line 2: invalid UTF-8"), (b"the cat\r\nsat\x00on\r\n", "line 2: a NUL byte")],
+    ids=["invalid-utf8", "nul"],
+)
+def test_cli_refuses_what_is_not_utf8_text_naming_file_and_line(tmp_path, capsys, content, problem):
+    from kbert import cli
+
+    corpus = tmp_path / "bad.txt"
+    corpus.write_bytes(content)
+    assert cli.main(["vocabulary", str(corpus), "--size", "60", "--out", str(tmp_path / "v.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"bad.txt, {problem}" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "v.txt").exists()
+
+
+def test_files_are_read_in_batches_bounded_in_bytes(tmp_path, monkeypatch):
+    from kbert.preprocessing import vocabulary as vocabulary_module
+
+    monkeypatch.setattr(vocabulary_module, "_BATCH_BYTES", 64)
+    words = [f"w{i}" for i in range(100)]
+    (tmp_path / "one_line.txt").write_text(" ".join(words))  # one line, far longer than a batch
+    (tmp_path / "empty.txt").write_text("")
+    batches = list(vocabulary_module._file_batches([str(tmp_path / "one_line.txt")], batch_size=1024))
+    assert len(batches) > 5 and all(sum(len(t) for t in batch.numpy()) <= 64 for batch in batches)
+    vocabulary = learn(files=[str(tmp_path / "one_line.txt")], vocabulary_size=400)
+    assert set(words) <= set(vocabulary)  # no word was cut in two
+    with pytest.raises(ValueError, match=r"empty\.txt: no words to learn a vocabulary from"):
+        learn(files=[str(tmp_path / "empty.txt")])

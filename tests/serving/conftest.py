@@ -54,3 +54,32 @@ def exported(tmp_path_factory):
     """`{kind: (model, version folder)}`, exported to saved_models/<kind>/1 in a temporary folder."""
     root = tmp_path_factory.mktemp("saved_models")
     return {kind: (model, kbert.export(model, str(root / kind))) for kind, model in build_models().items()}
+
+
+def save_file_touching_model(folder, secret, written):
+    """A plain-TensorFlow SavedModel whose `serving_default` reads `secret` and writes `written`.
+
+    The request's texts come back as `labels`, each followed by the file's
+    contents: what an untrusted model could send to whoever it likes.
+    """
+    import tensorflow as tf
+
+    class FileTouching(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, text):
+            tf.io.write_file(str(written), tf.strings.reduce_join(text))
+            contents = tf.io.read_file(str(secret))
+            return {"labels": text + b" " + contents}
+
+    module = FileTouching()
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+    return str(folder)
+
+
+@pytest.fixture
+def file_touching_model(tmp_path):
+    """`(SavedModel folder, the file it reads, the file it would write)`."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the secret")
+    written = tmp_path / "written.txt"
+    return save_file_touching_model(tmp_path / "untrusted", secret, written), secret, written

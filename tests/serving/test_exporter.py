@@ -1,5 +1,6 @@
 """kbert.export: numbered versions, written atomically, never over an existing one unless told."""
 
+import json
 import os
 import stat
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert import cli
 from kbert.serving import exporter, op_allowlist
 from tests.serving.conftest import tiny
 from tests.test_case import TINY_VOCABULARY
@@ -252,3 +254,87 @@ def test_a_rename_into_place_never_replaces_even_an_empty_folder(tmp_path, monke
     exporter._rename_no_replace(str(staged), str(tmp_path / "2"))
     assert (tmp_path / "2" / "saved_model.pb").read_bytes() == b"new"
     assert not staged.exists()
+
+
+def _is_gone(pid):
+    """Whether process `pid` has ended (a zombie no one reaped yet has ended too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_an_export_process_dies_with_its_parent_and_publishes_nothing(tmp_path):
+    # The export process's real start, then a stand-in for the export that
+    # publishes its version after 3 s; its parent is SIGKILLed at once.
+    assert exporter._EXPORT_COMMAND.startswith(exporter._DIE_WITH_PARENT)
+    version = tmp_path / "spam" / "1"
+    child = exporter._DIE_WITH_PARENT + f"import time\ntime.sleep(3)\nos.makedirs({str(version)!r})\n"
+    parent = (
+        "import os, subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {child!r}, '{{}}', str(os.getpid())])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    child_pid = int(process.stdout.readline())
+    time.sleep(0.3)  # the child has set its signal by now (else it sees its parent gone and ends)
+    process.kill()
+    process.wait()
+    while not _is_gone(child_pid) and time.monotonic() - started < 10:
+        time.sleep(0.05)
+    assert _is_gone(child_pid) and time.monotonic() - started < 3, "the export process outlived its parent"
+    time.sleep(max(0.0, started + 3.5 - time.monotonic()))
+    assert not version.exists()
+
+
+def test_an_export_process_whose_parent_died_publishes_nothing(classifier, tmp_path, capsys):
+    # Where no parent-death signal kills it (not Linux), the export process
+    # still checks its parent before the version goes live.
+    model_file = str(tmp_path / "spam.keras")
+    classifier.save(model_file)
+    arguments = {"model": model_file, "directory": str(tmp_path / "spam"), "version": None, "overwrite": False,
+                 "text_pairs": None}
+    exporter.export_file(json.dumps(arguments), parent=os.getpid())  # this process is not its own parent
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == {"error": "ChildProcessError", "message": f"Did not export to {tmp_path / 'spam' / '1'}: "
+                      "the process that asked for the export has ended."}
+    assert os.listdir(tmp_path / "spam") == []
+
+
+def _file_size_limit(limit):
+    """Sets this process's file size limit (RLIMIT_FSIZE); a write past it fails with EFBIG, as on a full disk."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX's")
+def test_the_export_process_fails_in_one_line_naming_the_file(classifier, tmp_path, monkeypatch):
+    import resource
+
+    folder = tmp_path / "spam"
+    # The temporary .keras for the TensorFlow process cannot be written.
+    before = resource.getrlimit(resource.RLIMIT_FSIZE)
+    _file_size_limit(10_000)
+    try:
+        with pytest.raises(OSError) as caught:
+            exporter._export_in_tensorflow(classifier, str(folder), None, False, None)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, before)
+    assert caught.value.errno == 27 and caught.value.filename.endswith("model.keras")
+    assert "File too large" in str(caught.value) and "\n" not in str(caught.value)
+    assert cli._one_line(caught.value).startswith(f"{caught.value.filename}: File too large")
+
+    # The TensorFlow process cannot write the SavedModel (its disk is full).
+    real_run = subprocess.run
+    monkeypatch.setattr(exporter.subprocess, "run",
+                        lambda *args, **kwargs: real_run(*args, **kwargs, preexec_fn=lambda: _file_size_limit(50_000)))
+    with pytest.raises(OSError) as caught:
+        exporter._export_in_tensorflow(classifier, str(folder), None, False, None)
+    message = str(caught.value)
+    assert "File too large" in message and "\n" not in message and len(message) < 500, message
+    assert kbert.serving.versions(str(folder)) == []

@@ -77,9 +77,27 @@ def test_any_bytes_reach_the_model_from_a_file_stdin_or_arguments(exported, caps
     # Python keeps undecodable bytes of an argument as surrogates; they are sent back as bytes.
     from_argument = predict_lines(capsys, path, [os.fsdecode(invalid)])
     assert from_stdin == from_argument == from_file[:1]
+    # Lines end as in every text file kbert reads: CR alone too, after a byte-order mark.
+    texts.write_bytes(b"\xef\xbb\xbf" + invalid + b"\rthe cat sat\r\r")
+    assert predict_lines(capsys, path, ["--file", str(texts)]) == from_file
 
 
 def test_predict_needs_texts(exported, capsys):
     _, path = exported["classifier"]
     assert cli.main(["predict", path]) == 2
     assert "--file" in capsys.readouterr().err
+
+
+def test_a_saved_model_that_touches_files_is_refused_unless_trusted(file_touching_model, capsys):
+    path, _, written = file_touching_model
+    assert cli.main(["predict", path, "hello"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kbert predict: error: Refused to load the SavedModel at {path}: ") and "\n" not in err
+    assert "['ReadFile', 'WriteFile']" in err and "--trust" in err
+    with pytest.raises(ValueError, match=r"Refused to load .* \['ReadFile', 'WriteFile'\]"):
+        SavedModelPredictor(path)
+    assert not written.exists()  # refused before it ran
+
+    assert cli.main(["predict", "--trust", path, "hello"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"labels": "hello the secret"}
+    assert written.read_text() == "hello"
