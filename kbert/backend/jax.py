@@ -26,23 +26,44 @@ def dot_product_attention(query, key, value, padding_mask, dropout, training):
     """Attention on `(batch, sequence, heads, head_dim)` tensors; None where it must be explicit.
 
     On a GPU, with bfloat16 or float16 inputs, cuDNN's fused (flash)
-    attention kernel runs, padding given as each row's length: kbert packs
-    every sequence's tokens first and its padding after them. Elsewhere
-    XLA's attention runs, with the padding mask. Neither drops out
-    attention probabilities, so a training step with attention dropout
-    computes attention explicitly (`portable.explicit_attention`).
+    attention kernel runs, padding given as each row's length. A length
+    says only "the first n tokens": where a batch's padding mask is not
+    every row's tokens followed by its padding (kbert's preprocessors pack
+    them so, a user's masks need not), XLA's kernel runs on that batch with
+    the mask itself (`attend_by_lengths`). Elsewhere XLA's attention runs,
+    with the padding mask. Neither drops out attention probabilities (JAX
+    has no public kernel that does), so a training step with attention
+    dropout computes attention explicitly (`portable.explicit_attention`).
     """
     if training and dropout.rate > 0:
         return None
     if _cudnn_applies(query):
-        lengths = None
-        if padding_mask is not None:
-            lengths = jnp.sum(padding_mask.astype("int32"), axis=-1).astype("int32")
-        return jax.nn.dot_product_attention(
-            query, key, value, key_value_seq_lengths=lengths, implementation="cudnn"
-        )
+        return attend_by_lengths(query, key, value, padding_mask, _cudnn_attention)
     mask = None if padding_mask is None else padding_mask.astype("bool")[:, None, None, :]
     return jax.nn.dot_product_attention(query, key, value, mask=mask)
+
+
+def attend_by_lengths(query, key, value, padding_mask, by_lengths):
+    """`by_lengths(query, key, value, lengths)` where each row's padding follows all its tokens; else the mask.
+
+    The choice is made on the device, per batch (`jax.lax.cond`): no
+    transfer to the host, and a mask that a length cannot say is never
+    attended as if it could.
+    """
+    if padding_mask is None:
+        return by_lengths(query, key, value, None)
+    mask = padding_mask.astype("int32")
+    lengths = jnp.sum(mask, axis=-1).astype("int32")
+    trailing = jnp.all(mask == (jnp.arange(mask.shape[-1])[None, :] < lengths[:, None]))
+    return jax.lax.cond(
+        trailing,
+        lambda: by_lengths(query, key, value, lengths),
+        lambda: jax.nn.dot_product_attention(query, key, value, mask=mask.astype("bool")[:, None, None, :]),
+    )
+
+
+def _cudnn_attention(query, key, value, lengths):
+    return jax.nn.dot_product_attention(query, key, value, key_value_seq_lengths=lengths, implementation="cudnn")
 
 
 def _cudnn_applies(query):

@@ -16,20 +16,33 @@ def dot_product_attention(query, key, value, padding_mask, dropout, training):
     """Attention on `(batch, sequence, heads, head_dim)` tensors with PyTorch's fused kernel; None where it must be explicit.
 
     `scaled_dot_product_attention` picks a flash, memory-efficient or cuDNN
-    kernel where one fits (the padding mask rules out the flash kernel). It
-    could drop out attention probabilities itself, but with PyTorch's
-    generator, whose state Keras neither seeds per layer nor saves: a
-    training step with attention dropout computes attention explicitly
-    (`portable.explicit_attention`), so that dropout follows Keras' seed
-    generators, which backups restore (an exact resume).
+    kernel where one fits (the padding mask rules out the flash kernel), and
+    any padding mask is applied as it is. In training it drops out attention
+    probabilities itself (`dropout_p`), drawing from PyTorch's global
+    generator: where Keras' own dropout would draw from it too (a `Dropout`
+    layer without a seed of its own and without `noise_shape`, as in
+    keras-hub's attention). The masks then come from `keras.utils.
+    set_random_seed`, and kbert's backups keep that generator's state
+    (`random_state`), so a resumed run draws what an uninterrupted one
+    would; the outputs are distributed as the explicit path's, not equal to
+    them draw by draw. A seeded layer's dropout follows its own seeds on the
+    explicit path (`portable.explicit_attention`).
     """
-    if training and dropout.rate > 0:
+    rate = float(dropout.rate) if training else 0.0
+    if rate > 0 and not _drops_out_with_the_global_generator(dropout):
         return None
     mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
     context = torch.nn.functional.scaled_dot_product_attention(
-        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask, dropout_p=rate
     )
     return context.transpose(1, 2)
+
+
+def _drops_out_with_the_global_generator(dropout):
+    # Keras' `Dropout` on PyTorch: unseeded and without a noise shape, it
+    # calls `torch.nn.functional.dropout`, which draws from the global
+    # generator; otherwise a generator seeded from the layer's own seeds.
+    return dropout.seed is None and dropout.noise_shape is None
 
 
 def transformer_block(block, inputs, padding_mask=None, training=None, return_attention_scores=False):

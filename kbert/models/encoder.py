@@ -92,10 +92,11 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
             feed-forward output, and by default of the attention
             probabilities.
         attention_dropout: dropout rate of the attention probabilities;
-            default `dropout` (BERT's 0.1 for both). At 0 (as MosaicBERT and
-            ModernBERT train), training attends through the backend's fused
-            kernel (cuDNN's on a JAX GPU, `scaled_dot_product_attention` on
-            PyTorch) instead of computing the probabilities explicitly.
+            default `dropout` (BERT's 0.1 for both). On PyTorch, training
+            attends through `scaled_dot_product_attention` at any rate (it
+            drops out itself); on JAX, at 0 (as MosaicBERT and ModernBERT
+            train), through cuDNN's kernel on a GPU, instead of computing the
+            probabilities explicitly.
         max_sequence_length: positions with a learned embedding.
         num_segments: segment (token type) ids the model knows.
         embedding_size: width of the token, segment and position embeddings
