@@ -77,14 +77,15 @@ def _pretrain(args):
     import kbert
     from kbert.atomic_files import remove_temporary_files
     from kbert.data.pretraining import prepared_folder, read_metadata
-    from kbert.distribute import write_on_chief
+    from kbert.distribute import is_chief, write_on_chief
 
     out_dir = Path(args.out)
     # Segment pairs written by `kbert prepare-pretraining`, or text files.
     prepared = prepared_folder(args.corpus)
     lowercase = read_metadata(prepared)["lowercase"] if prepared else not args.cased
     out_dir.mkdir(parents=True, exist_ok=True)
-    for path in remove_temporary_files(out_dir, ("pretrainer.keras", "vocab.txt")):
+    # The chief's alone: another worker may be writing its vocab.txt beside it.
+    for path in remove_temporary_files(out_dir, ("pretrainer.keras",)) if is_chief() else ():
         print(f"{out_dir}: removed {path}, a partial file of an earlier run that was interrupted.",
               file=sys.stderr)
     vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared, lowercase)
