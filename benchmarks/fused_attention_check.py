@@ -12,14 +12,17 @@ inputs:
   `scaled_dot_product_attention` on PyTorch);
 - `explicit`: `mixed_bfloat16`, attention computed explicitly
   (`kbert.backend.portable.explicit_attention`);
-- `reference`: float32, explicit.
+- `reference`: float32, explicit;
+- on PyTorch also `compiled`: `mixed_bfloat16`, the block as one
+  `torch.compile`d program (`kbert.backend.torch.block_math`, what
+  `compile(jit_compile=True)` runs there).
 
 on three padding masks: none, each row's tokens then its padding (lengths
 from 1 to the full width), and masks with holes (`[1, 0, 1, 1, ...]`,
 which cuDNN's lengths cannot say). The block's output and the gradient of
 a fixed random projection of it with respect to its inputs are compared
 with the float32 reference (the largest error, relative to the largest
-reference value). The fused path passes when its error is within twice
+reference value). The fused (and compiled) path passes when its error is within twice
 the explicit bfloat16 path's own, plus 1e-3: bfloat16's tolerance, not
 an absolute one. Prints a table, writes JSON, and exits 1 when a check
 fails. Needs no TensorFlow.
@@ -114,14 +117,20 @@ def worker(backend, tiny):
     def explicit(*args):  # an `attend` that leaves attention to the explicit computation
         return None
 
-    def run(precision, attend, mask):
+    def run(precision, attend, mask, compiled=False):
         # The block's own call (mixed precision casts there), with `attend` as the backend's kernel.
+        block = encoders[precision].transformer_layers[0]
         module.dot_product_attention = attend
+        block.compiled_with_torch = compiled
         try:
-            return _output_and_gradient(backend, encoders[precision].transformer_layers[0], inputs, projection,
-                                        mask)
+            return _output_and_gradient(backend, block, inputs, projection, mask)
         finally:
             module.dot_product_attention = fused
+            block.compiled_with_torch = False
+
+    paths = {"fused": (fused, False), "explicit": (explicit, False)}
+    if backend == "torch":
+        paths["compiled"] = (fused, True)
 
     for name, mask in masks.items():
         row = {"backend": backend, "mask": name, "device": _device(backend),
@@ -129,13 +138,13 @@ def worker(backend, tiny):
         try:
             reference = run("float32", explicit, mask)
             errors = {}
-            for path, attend in (("fused", fused), ("explicit", explicit)):
-                output, gradient = run("bfloat16", attend, mask)
+            for path, (attend, compiled) in paths.items():
+                output, gradient = run("bfloat16", attend, mask, compiled)
                 errors[path] = {"output": _relative_error(output, reference[0]),
                                 "gradient": _relative_error(gradient, reference[1])}
             row["errors"] = errors
-            row["passed"] = all(errors["fused"][part] <= 2 * errors["explicit"][part] + 1e-3
-                                for part in ("output", "gradient"))
+            row["passed"] = all(errors[path][part] <= 2 * errors["explicit"][part] + 1e-3
+                                for path in errors if path != "explicit" for part in ("output", "gradient"))
         except Exception as error:  # noqa: BLE001 (a failed row is reported)
             row["error"] = f"{type(error).__name__}: {error}"[:500]
         print("RESULT " + json.dumps(row), flush=True)
@@ -196,15 +205,15 @@ def _device(backend):
 
 
 def table(report):
-    lines = ["| backend | mask | kernel | output error: fused / explicit bf16 | gradient error: fused / explicit "
-             "bf16 | passed |", "|---|---|---|---|---|---|"]
+    lines = ["| backend | mask | kernel | output error (each bf16 path) | gradient error (each bf16 path) | passed |",
+             "|---|---|---|---|---|---|"]
     for row in report["rows"]:
         if "error" in row:
             lines.append(f"| {row['backend']} | {row['mask']} | - | {row['error']} | | no |")
             continue
-        fused, explicit = row["errors"]["fused"], row["errors"]["explicit"]
-        lines.append(f"| {row['backend']} | {row['mask']} | {row['kernel']} | {fused['output']:.2e} / "
-                     f"{explicit['output']:.2e} | {fused['gradient']:.2e} / {explicit['gradient']:.2e} | "
+        cells = [", ".join(f"{path} {errors[part]:.2e}" for path, errors in row["errors"].items())
+                 for part in ("output", "gradient")]
+        lines.append(f"| {row['backend']} | {row['mask']} | {row['kernel']} | {cells[0]} | {cells[1]} | "
                      f"{'yes' if row['passed'] else 'NO'} |")
     return "\n".join(lines)
 

@@ -8,9 +8,13 @@ other:
   `kbert.Encoder.from_preset("base")`, `dtype="mixed_bfloat16"`, compiled
   with kbert's defaults (AdamW, warm-up and decay, accuracy), fed token ids;
 - `kbert-jax-attention-dropout-0`: the same with `attention_dropout=0`, so
-  that training attends through cuDNN's fused kernel;
+  that training attends through cuDNN's fused kernel (training workloads
+  only: inference is `kbert-jax`'s);
+- `kbert-jax-gelu-approximate`: `kbert-jax` with GELU's tanh approximation
+  (keras-hub's BERT computes that one; kbert BERT's exact GELU);
 - `kbert-torch-compile`: the same with `compile(jit_compile=True)`, which
-  has Keras' PyTorch trainer put each step through `torch.compile`;
+  on PyTorch runs each Transformer block as one `torch.compile`d program
+  and the rest of the step eagerly;
 - `keras-hub-jax`, `keras-hub-torch`: keras-hub's `BertBackbone` of the
   same shape with dropout and a Dense head (`keras_paths`: what its
   `BertTextClassifier` computes, without the preprocessing that needs
@@ -37,20 +41,26 @@ compiles:
 
 Each figure is sequences per second, with the TFLOP/s it implies (the
 model's matmuls: 2 flops per weight per token and attention's two batched
-products, 3x that for a training step). Each path has a time limit
-(`--path-seconds`, by default 9 minutes shared by the paths), and results go
-to the JSON file row by row, so a run cut short still reports what it
-measured. Needs no TensorFlow.
+products, 3x that for a training step). On the Keras paths, one more
+per-step `fit` runs under `cProfile`: the row keeps the host's busiest
+functions per step (`host_profile`), where a gap between the two timings
+comes from. Each path has a time limit (`--path-seconds`, by default 9
+minutes shared by the paths), and results go to the JSON file row by row,
+so a run cut short still reports what it measured. Needs no TensorFlow.
 
     python benchmarks/gpu.py                 # BERT-base on the GPU
     python benchmarks/gpu.py --tiny          # a tiny BERT on the CPU: the smoke test
     python benchmarks/gpu.py --paths kbert-jax transformers-compile --workloads train_16x512
+    python benchmarks/gpu.py --paths kbert-jax transformers-compile --path-seconds 90 transformers-compile=150
 """
 
 import argparse
+import cProfile
+import io
 import json
 import os
 import platform
+import pstats
 import subprocess
 import sys
 import threading
@@ -66,7 +76,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 sys.path.append(str(Path(__file__).resolve().parent))
 
 from timing import cpu_model, write_json  # noqa: E402
-PATHS = ("kbert-jax", "kbert-jax-attention-dropout-0", "kbert-torch", "kbert-torch-compile", "keras-hub-jax",
+PATHS = ("kbert-jax", "kbert-jax-attention-dropout-0", "kbert-jax-gelu-approximate", "kbert-torch", "kbert-torch-compile", "keras-hub-jax",
          "keras-hub-torch", "transformers", "transformers-compile")
 WORKLOADS = {  # name: (training?, batch size, sequence length)
     "train_32x128": (True, 32, 128),
@@ -78,6 +88,10 @@ BASE = {"vocabulary_size": 30522, "num_layers": 12, "hidden_dim": 768, "num_head
 TINY = {"vocabulary_size": 1000, "num_layers": 2, "hidden_dim": 64, "num_heads": 2, "intermediate_dim": 256}
 TINY_SHAPES = {"train_32x128": (4, 32), "train_16x512": (2, 128), "infer_256x128": (8, 32)}
 STEPS = {"warmup": 3, "timed": 20}
+# Paths that differ from another only in training: their inference is that path's.
+TRAINING_ONLY = ("kbert-jax-attention-dropout-0",)
+# The host's busiest functions kept per profiled workload.
+PROFILE_TOP = 12
 # The whole run, shared by the paths: it fits in one 10-minute call of a GPU machine.
 TOTAL_SECONDS = 540
 TINY_STEPS = {"warmup": 2, "timed": 3}
@@ -90,8 +104,9 @@ def main():
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--timed-steps", type=int, help="timed steps per workload (default 20; 3 with --tiny)")
-    parser.add_argument("--path-seconds", type=float,
-                        help=f"time limit of each path's process (default {TOTAL_SECONDS} s shared by the paths)")
+    parser.add_argument("--path-seconds", nargs="+", default=[], metavar="[PATH=]SECONDS",
+                        help=f"time limit of each path's process, or of one path (default {TOTAL_SECONDS} s "
+                             "shared by the paths)")
     parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results/gpu.json, "
                                                  "gpu-tiny.json with --tiny)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -111,10 +126,13 @@ def main():
         "steps": steps,
         "rows": [],
     }
-    limit = args.path_seconds or TOTAL_SECONDS / len(args.paths)
+    limits = path_limits(args.path_seconds, args.paths, parser)
     for path in args.paths:
-        job = {"path": path, "tiny": args.tiny, "workloads": args.workloads, "steps": steps}
-        for row in run_worker(job, limit):
+        workloads = [w for w in args.workloads if WORKLOADS[w][0] or path not in TRAINING_ONLY]
+        if not workloads:
+            continue
+        job = {"path": path, "tiny": args.tiny, "workloads": workloads, "steps": steps}
+        for row in run_worker(job, limits[path]):
             report["rows"].append(row)
             report.setdefault("device", row.get("device"))
             write_json(out, report)
@@ -124,6 +142,22 @@ def main():
     print(f"\nwritten to {out}")
     failed = [row for row in report["rows"] if "error" in row]
     return 1 if failed and len(failed) == len(report["rows"]) else 0
+
+
+def path_limits(items, paths, parser):
+    """Each path's time limit from `--path-seconds`: `SECONDS` for every path, `PATH=SECONDS` for one."""
+    limits = dict.fromkeys(paths, TOTAL_SECONDS / len(paths))
+    for item in items:
+        path, _, seconds = item.rpartition("=")
+        try:
+            seconds = float(seconds)
+        except ValueError:
+            parser.error(f"--path-seconds: {item!r} is not SECONDS or PATH=SECONDS")
+        if path and path not in PATHS:
+            parser.error(f"--path-seconds: no path {path!r} (choose from {', '.join(PATHS)})")
+        for name in [path] if path else paths:
+            limits[name] = seconds
+    return limits
 
 
 def run_worker(job, limit):
@@ -178,6 +212,8 @@ def worker(job):
                 tflops_per_step=flops * sequences / seconds["per step"] / 1e12,
                 seconds=seconds, device=measure.device, versions=measure.versions,
             )
+            if getattr(measure, "host_profile", None):
+                row["host_profile"] = measure.host_profile
         except Exception as error:  # noqa: BLE001 (a failed row is reported, not fatal)
             row["error"] = f"{type(error).__name__}: {error}"[:500]
         print("RESULT " + json.dumps(row), flush=True)
@@ -228,8 +264,9 @@ class KerasRunner:
             version = {"kbert": kbert.__version__}
             # Attention dropout 0: training attends through the fused kernel (cuDNN's).
             attention_dropout = 0.0 if path.endswith("attention-dropout-0") else None
+            activation = "gelu_approximate" if path.endswith("gelu-approximate") else "gelu"
             encoder = kbert.Encoder(**shape, max_sequence_length=max(512, length), dtype="mixed_bfloat16",
-                                    attention_dropout=attention_dropout)
+                                    attention_dropout=attention_dropout, activation=activation)
             model = kbert.Classifier(encoder, num_classes=2)
             model.compile(learning_rate=LEARNING_RATE, jit_compile=path.endswith("-compile") or "auto")
         else:
@@ -261,6 +298,9 @@ class KerasRunner:
                 self.model.fit(timed_x, timed_y, batch_size=batch_size, epochs=1, verbose=0,
                                callbacks=callbacks)
                 seconds[mode] = time.perf_counter() - start
+            self.host_profile = host_profile(
+                lambda: self.model.fit(timed_x, timed_y, batch_size=batch_size, epochs=1, verbose=0,
+                                       callbacks=[reads_the_loss()]), steps["timed"])
         else:
             self.model.predict(x, batch_size=batch_size, verbose=0)
             self.model.predict_on_batch({name: value[:batch_size] for name, value in x.items()})
@@ -274,6 +314,22 @@ class KerasRunner:
             seconds["per step"] = time.perf_counter() - start
         self.versions.update(self.model.library_version)
         return seconds
+
+
+def host_profile(run, steps):
+    """`run()` under `cProfile`: the functions with the most time of their own, in ms per step."""
+    profile = cProfile.Profile()
+    start = time.perf_counter()
+    profile.runcall(run)
+    wall = time.perf_counter() - start
+    stats = pstats.Stats(profile, stream=io.StringIO())
+    busiest = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:PROFILE_TOP]
+    return {
+        "wall_ms_per_step": 1000 * wall / steps,
+        "functions": [{"function": f"{Path(file).name}:{line}({name})", "calls_per_step": calls / steps,
+                       "own_ms_per_step": 1000 * own / steps, "cumulative_ms_per_step": 1000 * cumulative / steps}
+                      for (file, line, name), (_, calls, own, cumulative, _) in busiest],
+    }
 
 
 class TransformersRunner:
@@ -398,7 +454,8 @@ def table(report):
             for workload in workloads:
                 row, reference = rows.get((path, workload)), rows.get(("transformers-compile", workload))
                 if row is None:
-                    cells.append("failed")
+                    measured = any(r["path"] == path and r["workload"] == workload for r in report["rows"])
+                    cells.append("failed" if measured else "-")
                     continue
                 ratio = f", {row[rate] / reference[rate]:.2f}x" if reference else ""
                 cells.append(f"{row[rate]:,.1f} ({row[tflops]:.3g} TFLOP/s{ratio})")

@@ -13,6 +13,7 @@ three:
 | `COMPILES_EACH_SHAPE` (batches padded to few widths) | no: one graph for all widths | yes: XLA compiles each | no: eager |
 | `random_state`, `restore_random_state` (kept by backups) | none: Keras' seed generators | none: Keras' seed generators | PyTorch's generators, which its dropout draws from |
 | `build_before_first_step` (optimizer, metrics and losses before `fit` traces its step) | built from the data's shapes: one trace, not two | nothing: Keras builds them first | nothing: Keras builds them first |
+| `compile_transformer_blocks` (what `compile(jit_compile=True)` compiles) | nothing apart: the whole step | nothing apart: the whole step | each block through one `torch.compile`d program; the rest eager |
 
 Each backend's module gives these names; this module re-exports the ones of
 the backend Keras runs on. Each fast path is tested equal to the portable
@@ -28,6 +29,7 @@ if BACKEND == "tensorflow":
         COMPILES_EACH_SHAPE,
         AdamW,
         build_before_first_step,
+        compile_transformer_blocks,
         gradient_function,
         random_state,
         restore_random_state,
@@ -38,6 +40,7 @@ elif BACKEND == "jax":
         COMPILES_EACH_SHAPE,
         AdamW,
         build_before_first_step,
+        compile_transformer_blocks,
         gradient_function,
         random_state,
         restore_random_state,
@@ -48,6 +51,7 @@ elif BACKEND == "torch":
         COMPILES_EACH_SHAPE,
         AdamW,
         build_before_first_step,
+        compile_transformer_blocks,
         gradient_function,
         random_state,
         restore_random_state,
@@ -78,12 +82,33 @@ class LayersBeforeInit:
             super().__setattr__(name, value)
 
 
+class UntrackedStepState:
+    """A base of the models kbert trains with `fit`: Keras' JAX trainer's per-step state is set as a plain attribute.
+
+    After every step Keras' JAX trainer sets `model._jax_state`, a dict of
+    the step's ~650 arrays, so that a callback can ask for them. As a layer
+    attribute, Keras' tracker walks every array of it first: 650 calls and
+    a few milliseconds of host time per step, which the device waits for
+    whenever the loss is read each step (the progress bar, any per-batch
+    callback). The arrays are not layer state (not variables, layers or
+    seeds), so nothing is lost by setting them plainly.
+    """
+
+    def __setattr__(self, name, value):
+        if name == "_jax_state":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
 __all__ = [
     "BACKEND",
     "COMPILES_EACH_SHAPE",
     "AdamW",
     "LayersBeforeInit",
+    "UntrackedStepState",
     "build_before_first_step",
+    "compile_transformer_blocks",
     "gradient_function",
     "random_state",
     "restore_random_state",

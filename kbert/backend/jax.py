@@ -9,6 +9,7 @@ import keras
 from kbert.backend import portable
 from kbert.backend.portable import (  # noqa: F401 (the seam's)
     build_before_first_step,
+    compile_transformer_blocks,
     random_state,
     restore_random_state,
 )

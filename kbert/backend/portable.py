@@ -94,6 +94,14 @@ def restore_random_state(state):
     """Puts back what `random_state` gave (nothing to do here)."""
 
 
+def compile_transformer_blocks(model):
+    """Compiles `model`'s Transformer blocks apart from its step: nothing to do here (TensorFlow, JAX); False.
+
+    These backends compile the whole step (`jit_compile`), blocks included.
+    """
+    return False
+
+
 def build_before_first_step(model, data=None):
     """Creates the state `fit` trains before its first step: nothing to do here (JAX, PyTorch).
 

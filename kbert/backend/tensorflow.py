@@ -5,7 +5,11 @@ import math
 import keras
 import tensorflow as tf
 
-from kbert.backend.portable import random_state, restore_random_state  # noqa: F401 (the seam's)
+from kbert.backend.portable import (  # noqa: F401 (the seam's)
+    compile_transformer_blocks,
+    random_state,
+    restore_random_state,
+)
 
 # Keras' step is a `tf.function` that takes batches of any width without retracing.
 COMPILES_EACH_SHAPE = False

@@ -1,6 +1,7 @@
-"""kbert's fast paths on the PyTorch backend: attention through `scaled_dot_product_attention`."""
+"""kbert's fast paths on the PyTorch backend: attention through `scaled_dot_product_attention`, blocks through `torch.compile`."""
 
 import base64
+import functools
 
 import keras
 import torch
@@ -46,10 +47,120 @@ def _drops_out_with_the_global_generator(dropout):
 
 
 def transformer_block(block, inputs, padding_mask=None, training=None, return_attention_scores=False):
-    """BERT's Transformer block in `keras.ops`, attention through PyTorch's kernel (see the module)."""
+    """BERT's Transformer block in `keras.ops`, attention through PyTorch's kernel (see the module).
+
+    A block marked by `compile_transformer_blocks` runs as one
+    `torch.compile`d program of `block_math` instead, where it can.
+    """
+    if getattr(block, "compiled_with_torch", False) and not return_attention_scores:
+        arguments = _block_math_arguments(block, inputs, padding_mask, training)
+        if arguments is not None:
+            return _compiled_block_math()(*arguments)
     return portable.transformer_block(
         block, inputs, padding_mask, training, return_attention_scores, dot_product_attention
     )
+
+
+def compile_transformer_blocks(model):
+    """Marks `model`'s Transformer blocks to run through one `torch.compile`d program; returns True.
+
+    Keras' own `jit_compile=True` on PyTorch compiles the whole training
+    step, Keras' Python included, which had not finished for BERT-base
+    after 150 s on a GPU. A block
+    is a small, pure computation: it compiles once, in seconds, and every
+    block of the encoder (the same shapes) reuses the program. Embeddings,
+    head, loss and optimizer stay eager.
+    """
+    for layer in _layers_within(model):
+        if hasattr(layer, "_self_attention_layer"):
+            layer.compiled_with_torch = True
+    return True
+
+
+def _layers_within(model):
+    for layer in getattr(model, "layers", ()):
+        yield layer
+        yield from _layers_within(layer)
+
+
+# The activations the compiled block computes, by name: keras' exact GELU
+# and kbert's tanh approximation (`kbert.models.encoder.gelu_approximate`).
+GELU_APPROXIMATIONS = {"gelu": "none", "gelu_approximate": "tanh"}
+
+
+def _block_math_arguments(block, inputs, padding_mask, training):
+    """`block_math`'s arguments for this call; None where it does not compute what the block does.
+
+    Dropout must draw from PyTorch's global generator (as unseeded Keras
+    `Dropout` layers do), the activation must be a GELU, LayerNorms plain
+    (the block is post-LayerNorm: `LeanTransformerEncoder` sends no other).
+    """
+    attention = block._self_attention_layer
+    dropouts = (attention._dropout_layer, block._self_attention_dropout, block._feedforward_dropout)
+    if training and any(d.rate > 0 and not _drops_out_with_the_global_generator(d) for d in dropouts):
+        return None
+    approximate = GELU_APPROXIMATIONS.get(getattr(block.activation, "__name__", None))
+    norms = (block._self_attention_layer_norm, block._feedforward_layer_norm)
+    if approximate is None or any(n.rms_scaling or n.gamma is None or n.beta is None for n in norms):
+        return None
+    layers = (attention._query_dense, attention._key_dense, attention._value_dense, attention._output_dense,
+              block._feedforward_intermediate_dense, block._feedforward_output_dense)
+    weights = [value for layer in layers for value in (layer.kernel.value, layer.bias.value)]
+    weights += [value for norm in norms for value in (norm.gamma.value, norm.beta.value)]
+    settings = (tuple(float(d.rate) if training else 0.0 for d in dropouts),
+                tuple(float(n.epsilon) for n in norms), approximate)
+    return inputs, padding_mask, weights, settings
+
+
+def block_math(inputs, padding_mask, weights, settings):
+    """BERT's post-LayerNorm Transformer block in plain PyTorch: what `portable.transformer_block` computes.
+
+    `weights` are the query, key, value, output, intermediate and output
+    dense layers' kernels and biases (as Keras holds them), then the two
+    LayerNorms' gamma and beta; `settings` is `((attention, attention output
+    and feed-forward dropout rates), (the LayerNorms' epsilons), GELU
+    approximation)`. Matmuls run in the inputs' dtype (bfloat16 under mixed
+    precision), LayerNorm in float32.
+    """
+    (query_kernel, query_bias, key_kernel, key_bias, value_kernel, value_bias, output_kernel, output_bias,
+     intermediate_kernel, intermediate_bias, feedforward_kernel, feedforward_bias,
+     attention_gamma, attention_beta, feedforward_gamma, feedforward_beta) = weights
+    (attention_rate, attention_output_rate, feedforward_rate), (attention_epsilon, feedforward_epsilon), \
+        approximate = settings
+    functional = torch.nn.functional
+    dtype = inputs.dtype
+    batch_size, length, hidden_dim = inputs.shape
+    heads, head_dim = query_kernel.shape[1:]
+    width = heads * head_dim
+
+    kernel = torch.cat([k.reshape(hidden_dim, width) for k in (query_kernel, key_kernel, value_kernel)], 1)
+    bias = torch.cat([b.reshape(width) for b in (query_bias, key_bias, value_bias)])
+    qkv = torch.addmm(bias.to(dtype), inputs.reshape(-1, hidden_dim), kernel.to(dtype))
+    query, key, value = qkv.view(batch_size, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
+    context = functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=attention_rate)
+    context = context.transpose(1, 2).reshape(-1, width)
+    attended = torch.addmm(output_bias.to(dtype), context, output_kernel.reshape(width, hidden_dim).to(dtype))
+    attended = functional.dropout(attended, attention_output_rate, training=attention_output_rate > 0)
+    x = _layer_norm(attended + inputs.reshape(-1, hidden_dim), attention_gamma, attention_beta, attention_epsilon)
+
+    hidden = torch.addmm(intermediate_bias.to(dtype), x, intermediate_kernel.to(dtype))
+    hidden = functional.gelu(hidden, approximate=approximate)
+    hidden = torch.addmm(feedforward_bias.to(dtype), hidden, feedforward_kernel.to(dtype))
+    hidden = functional.dropout(hidden, feedforward_rate, training=feedforward_rate > 0)
+    x = _layer_norm(hidden + x, feedforward_gamma, feedforward_beta, feedforward_epsilon)
+    return x.view(batch_size, length, hidden_dim)
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+    normalized = torch.nn.functional.layer_norm(x.float(), x.shape[-1:], gamma.float(), beta.float(), epsilon)
+    return normalized.to(x.dtype)
+
+
+@functools.cache
+def _compiled_block_math():
+    # One program for every block: the weights are arguments, not captured.
+    return torch.compile(block_math)
 
 
 def gradient_function(loss, variables):

@@ -3,7 +3,7 @@
 import keras
 
 from kbert.atomic_files import SavesAtomically
-from kbert.backend import build_before_first_step
+from kbert.backend import UntrackedStepState, build_before_first_step
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
     check_layer_map,
@@ -25,7 +25,7 @@ PARTS = ("embedding_loss", "hidden_loss", "attention_loss")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class LayerwiseDistiller(SavesAtomically, keras.Model):
+class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
     """Trains a student encoder to compute what a teacher encoder computes, layer by layer.
 
     TinyBERT's Transformer distillation (Jiao et al., 2020): on raw text

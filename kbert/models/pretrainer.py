@@ -4,7 +4,7 @@ import keras
 import keras_hub
 
 from kbert.atomic_files import SavesAtomically
-from kbert.backend import LayersBeforeInit
+from kbert.backend import LayersBeforeInit, UntrackedStepState, compile_transformer_blocks
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, distributed_stream, model_strategy
 from kbert.model_inputs import known_steps
@@ -31,7 +31,9 @@ def default_pretraining_learning_rate(hidden_dim):
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Pretrainer(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
+class Pretrainer(
+    SavesAtomically, UntrackedStepState, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model
+):
     """Pretrains a `kbert.Encoder` as BERT does (masked LM plus next-sentence prediction) or as ALBERT does (sentence order).
 
     Inputs are a dict of int32 tensors: the encoder's `token_ids`,
@@ -204,7 +206,12 @@ class Pretrainer(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnuse
                 mean of their gradients: the update of a batch this many
                 times as large, in the memory of one. Warm-up and decay count
                 updates; `fit`, backups and resume count batches.
+            **kwargs: `keras.Model.compile`'s other arguments; on PyTorch,
+                `jit_compile=True` compiles the Transformer blocks, as
+                `kbert.Classifier.compile` says.
         """
+        if kwargs.get("jit_compile") is True and compile_transformer_blocks(self):
+            kwargs["jit_compile"] = False
         if optimizer == "auto":
             optimizer = bert_adamw(
                 default_pretraining_learning_rate(self.encoder.hidden_dim) if learning_rate is None

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 
 from kbert.atomic_files import SavesAtomically
-from kbert.backend import LayersBeforeInit
+from kbert.backend import LayersBeforeInit, UntrackedStepState, compile_transformer_blocks
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
 from kbert.model_inputs import is_token_ids, known_steps
@@ -55,7 +55,9 @@ class FreezesUnusedPooler:
         return super().non_trainable_variables + frozen
 
 
-class TaskModel(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model):
+class TaskModel(
+    SavesAtomically, UntrackedStepState, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model
+):
     """A functional Keras model on a `kbert.Encoder`, with its task preprocessor attached.
 
     The model itself sees token ids only; its `preprocessor` (a task
@@ -116,7 +118,14 @@ class TaskModel(SavesAtomically, LayersBeforeInit, MultiWorkerFit, FreezesUnused
             metrics: `"auto"` for the task's metrics.
             learning_rate: the peak learning rate of the `"auto"` optimizer;
                 default 5e-5 for BERT-base, more for smaller encoders.
+            **kwargs: `keras.Model.compile`'s other arguments. On PyTorch,
+                `jit_compile=True` compiles each Transformer block with
+                `torch.compile` (one program that every block shares) and
+                runs the rest of the step eagerly, where Keras would put the
+                whole step through `torch.compile` (minutes for BERT-base).
         """
+        if kwargs.get("jit_compile") is True and compile_transformer_blocks(self):
+            kwargs["jit_compile"] = False
         if optimizer == "auto":
             optimizer = bert_adamw(default_learning_rate(self.encoder.hidden_dim) if learning_rate is None
                                    else learning_rate)

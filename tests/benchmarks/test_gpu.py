@@ -29,6 +29,9 @@ def test_the_tiny_benchmark_measures_every_path(tmp_path):
         assert row["sequences_per_second"] > 0 and row["sequences_per_second_per_step"] > 0
         assert row["tflops"] > 0 and row["tflops_per_step"] > 0 and row["device"].startswith("cpu")
         assert (row["batch_size"], row["sequence_length"]) == (4, 32)
+        if not row["path"].startswith("transformers"):  # Keras' `fit`: where the host's time per step went
+            functions = row["host_profile"]["functions"]
+            assert functions and all(f["own_ms_per_step"] >= 0 and f["calls_per_step"] > 0 for f in functions)
     assert report["model"]["num_layers"] == 2
     # The table: two rows per path (the whole call, and the loss read each step), a column per workload.
     lines = result.stdout.splitlines()
@@ -36,3 +39,13 @@ def test_the_tiny_benchmark_measures_every_path(tmp_path):
     for path in PATHS:
         for timing in ("whole call", "per step"):
             assert any(line.startswith(f"| {path} | {timing} | ") and "TFLOP/s" in line for line in lines)
+
+
+def test_a_time_limit_for_a_path_it_does_not_measure_is_refused_in_one_line():
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu.py"), "--tiny", "--paths", "kbert-jax",
+         "--path-seconds", "60", "kbert-jaxx=90"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert "--path-seconds: no path 'kbert-jaxx'" in result.stderr.splitlines()[-1]
