@@ -76,7 +76,7 @@ if not _TENSORFLOW_LOADED_FIRST:
     # keeps it off.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
-__version__ = "0.2.0"
+__version__ = "0.5.0"  # the release docs/changes.rst describes last; pyproject reads it here
 
 # Public names and the modules that define them. In the `kbert` command they
 # are imported on first use (PEP 562), so `kbert --help` does not load

@@ -2,6 +2,7 @@ import pytest
 
 import kbert
 from kbert import cli
+from kbert.cli.pretraining import PRETRAIN_FILL_MASK_SENTENCES
 from tests.callbacks.event_files import scalars, texts
 from tests.models.pretraining_run import VOCABULARY, write_corpus
 
@@ -62,7 +63,7 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     assert sorted(scalars(train_logs)["epoch/pretraining_loss"]) == [0]
     steps = int(pretrainer.optimizer.iterations.numpy())
     table = texts(train_logs)["fill_mask"][steps]
-    assert table[1:, 0].tolist() == list(cli.PRETRAIN_FILL_MASK_SENTENCES)
+    assert table[1:, 0].tolist() == list(PRETRAIN_FILL_MASK_SENTENCES)
     capsys.readouterr()
 
     assert cli.main(["fill-mask", str(out), "the [MASK] sat on the mat .", "--top-k", "3"]) == 0

@@ -38,3 +38,19 @@ def test_import_turns_on_onednn_kernels_only_before_tensorflow(code, environment
     if machine_default[1] == "True":
         pytest.skip("TensorFlow turns oneDNN on by itself on this CPU")
     assert run_python(code, **environment) == expected
+
+
+def test_the_version_is_kept_in_one_place_and_is_the_latest_in_the_changes():
+    import re
+    import tomllib
+
+    import kbert
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as file:
+        project = tomllib.load(file)
+    assert "version" in project["project"]["dynamic"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "kbert.__version__"}
+    with open(os.path.join(root, "docs", "changes.rst"), encoding="utf-8") as file:
+        latest = re.search(r"^(\d+\.\d+)", file.read(), re.MULTILINE).group(1)
+    assert kbert.__version__.startswith(latest + ".")

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
-from kbert import cli
+from kbert.cli.main import one_line
 from kbert.serving import exporter, op_allowlist
 from tests.serving.conftest import tiny
 from tests.test_case import TINY_VOCABULARY
@@ -327,7 +327,7 @@ def test_the_export_process_fails_in_one_line_naming_the_file(classifier, tmp_pa
         resource.setrlimit(resource.RLIMIT_FSIZE, before)
     assert caught.value.errno == 27 and caught.value.filename.endswith("model.keras")
     assert "File too large" in str(caught.value) and "\n" not in str(caught.value)
-    assert cli._one_line(caught.value).startswith(f"{caught.value.filename}: File too large")
+    assert one_line(caught.value).startswith(f"{caught.value.filename}: File too large")
 
     # The TensorFlow process cannot write the SavedModel (its disk is full).
     real_run = subprocess.run

@@ -1,0 +1,126 @@
+"""`kbert distill` and `kbert prune`: smaller models from a fine-tuned one."""
+
+from kbert.cli.arguments import (
+    add_backend_argument,
+    add_command,
+    add_quiet_argument,
+    add_run_folder_arguments,
+    add_subset_and_seed_arguments,
+    closed_fraction,
+    fraction_below_one,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    verbosity,
+)
+from kbert.cli.tasks import print_metrics, print_saved, start_run_folder
+
+
+def add_commands(commands):
+    from kbert.fine_tuning import RECIPES
+
+    classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
+    distill = add_command(commands, "distill", "distil a fine-tuned classifier into a smaller student, evaluate, "
+                                               "save", _distill, check=_check_distill)
+    distill.add_argument("task", choices=classification, help="the data set the teacher was trained on")
+    distill.add_argument("--teacher", required=True, help="the teacher's model.keras (of `kbert train`)")
+    distill.add_argument("--student", default="mini",
+                         help="a preset (tiny, mini, small, ...), 'layers:0,2,4' for a copy of the "
+                              "teacher's layers 0, 2 and 4, or a .keras file holding an encoder")
+    add_run_folder_arguments(distill)
+    distill.add_argument("--unlabeled", help="a text file, one text per line, that the teacher labels "
+                                             "for the student (a transfer set)")
+    distill.add_argument("--transfer-examples", type=non_negative_int, default=0,
+                         help="add this many training examples outside --max-examples to the "
+                              "transfer set, without their labels")
+    distill.add_argument("--general-corpus", action="append", default=None,
+                         help="raw text files or glob patterns (repeatable) for general distillation")
+    distill.add_argument("--general-steps", type=non_negative_int, default=0,
+                         help="steps of general (layer-wise) distillation on --general-corpus first")
+    distill.add_argument("--layerwise-epochs", type=non_negative_int, default=0,
+                         help="epochs of layer-wise distillation on the task's texts before task "
+                              "distillation (TinyBERT)")
+    distill.add_argument("--temperature", type=positive_float, default=2.0, help="softmax temperature T")
+    distill.add_argument("--alpha", type=closed_fraction, default=0.5,
+                         help="weight of the distillation term; 1 - alpha weighs the labels")
+    distill.add_argument("--epochs", type=positive_int, default=3, help="epochs of task distillation")
+    distill.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
+    distill.add_argument("--learning-rate", type=positive_float, default=None,
+                         help="peak learning rate (default: by the student's width)")
+    add_subset_and_seed_arguments(distill, "labelled training examples: a seeded random subset of this many",
+                                  "fixes the subsets, order and weights")
+    add_quiet_argument(distill)
+    add_backend_argument(distill)
+
+    prune = add_command(commands, "prune", "prune a fine-tuned model (weights, attention heads) while it "
+                                           "trains further, evaluate, save", _prune, check=_check_prune)
+    prune.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
+    prune.add_argument("--task", required=True, choices=sorted(RECIPES),
+                       help="the data set the model was trained on")
+    add_run_folder_arguments(prune)
+    prune.add_argument("--sparsity", type=fraction_below_one, default=0.0,
+                       help="share of the Transformer kernels' weights set to zero, by magnitude")
+    prune.add_argument("--heads", type=fraction_below_one, default=0.0,
+                       help="share of attention heads removed, least important first")
+    prune.add_argument("--scope", choices=("layer", "global"), default="layer",
+                       help="the sparsity holds for each kernel, or over all of them")
+    prune.add_argument("--rewind", action="store_true",
+                       help="lottery-ticket rewinding: the kept weights go back to their values "
+                            "before this training, then train again with the mask")
+    prune.add_argument("--epochs", type=positive_int, default=1, help="epochs of training while pruning")
+    prune.add_argument("--batch-size", type=positive_int, default=32, help="examples per step")
+    prune.add_argument("--learning-rate", type=positive_float, default=2e-5, help="peak learning rate")
+    add_subset_and_seed_arguments(prune, "train on a seeded random subset of this many training examples",
+                                  "fixes the subset, order and weights")
+    add_quiet_argument(prune)
+    add_backend_argument(prune)
+
+
+def _check_distill(args):
+    from kbert.command_outputs import check_input_file
+
+    check_input_file(args.teacher, "--teacher")
+    if args.unlabeled:
+        check_input_file(args.unlabeled, "--unlabeled")
+    if args.student.endswith(".keras"):
+        check_input_file(args.student, "--student")
+
+
+def _check_prune(args):
+    from kbert.command_outputs import check_input_file
+
+    check_input_file(args.model, "MODEL")
+
+
+def _distill(args):
+    from kbert.compression_runs import distill_task
+
+    start_run_folder(args, args.teacher, args.student, args.unlabeled, *(args.general_corpus or ()))
+    result = distill_task(
+        args.task, args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
+        transfer_examples=args.transfer_examples, general_corpus=args.general_corpus,
+        general_steps=args.general_steps, layerwise_epochs=args.layerwise_epochs,
+        temperature=args.temperature, alpha=args.alpha, epochs=args.epochs,
+        batch_size=args.batch_size, learning_rate=args.learning_rate, max_examples=args.max_examples,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),
+    )
+    print_metrics(result)
+    print(f"  parameters       {result['parameters']:,} (teacher {result['teacher_parameters']:,})")
+    print_saved(args.out)
+
+
+def _prune(args):
+    from kbert.compression_runs import prune_task
+
+    start_run_folder(args, args.model)
+    result = prune_task(
+        args.task, args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
+        rewind=args.rewind, epochs=args.epochs, batch_size=args.batch_size,
+        learning_rate=args.learning_rate, max_examples=args.max_examples,
+        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),
+    )
+    print_metrics(result)
+    report = result["sparsity"]
+    print(f"  parameters       {result['parameters']:,} (before {result['parameters_before']:,})")
+    print(f"  weight sparsity  {report['sparsity']:.4f} of the Transformer kernels")
+    print_saved(args.out)

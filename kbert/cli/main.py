@@ -1,0 +1,153 @@
+"""`kbert`'s parser and `main`: a command's checks, backend, warnings and errors, around its run.
+
+The commands themselves are declared in their families' modules
+(`getting_started`, `pretraining`, `tasks`, `compression`, `serving`), each
+with its arguments, checks, output folders and run (`arguments.add_command`).
+"""
+
+import argparse
+import os
+import sys
+
+from kbert.cli import compression, getting_started, pretraining, serving, tasks
+from kbert.cli.arguments import HelpFormatter
+
+# The families in the order `kbert --help` lists their commands.
+FAMILIES = (getting_started, pretraining, tasks, compression, serving)
+# The kbert package: warnings from its files are shown in one line.
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_parser():
+    """The `kbert` argument parser. It imports nothing heavy: `kbert --help` is instant."""
+    parser = argparse.ArgumentParser(
+        prog="kbert", description="BERT for Keras: train, evaluate, serve.",
+        epilog="`kbert COMMAND --help` shows a command's options.", formatter_class=HelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for family in FAMILIES:
+        family.add_commands(commands)
+    return parser
+
+
+def main(argv=None):
+    from kbert.command_outputs import remove_empty_folders
+
+    args = build_parser().parse_args(argv)
+    new_folders = [_first_missing(path) for path in _output_folders(args) if not os.path.exists(path)]
+    status = 1
+    try:
+        status = _run(args)
+    finally:
+        if status != 0:
+            for path in new_folders:
+                remove_empty_folders(path)  # made for this command, which failed before writing into it
+    return status
+
+
+def _run(args):
+    """Runs the parsed command: 0 when done; a user's error or Ctrl-C ends in one line on stderr."""
+    try:
+        _check_arguments(args)
+        _use_backend(args)
+        _show_kbert_warnings_in_one_line(args.command)
+        if args.command != "presets":
+            from kbert.tensorflow_support import import_tensorflow_quietly
+
+            import_tensorflow_quietly()
+        with _strategy_scope(args):
+            args.run(args)
+        return 0
+    except KeyboardInterrupt:
+        print(f"kbert {args.command}: interrupted{args.interrupted}", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if not _is_user_error(error):
+            raise
+        print(f"kbert {args.command}: error: {one_line(error)}", file=sys.stderr)
+        return 2
+
+
+def _check_arguments(args):
+    """Checks a command's files and folders before any work, and before any folder is made."""
+    from kbert.command_outputs import check_input_file
+
+    vocabulary = getattr(args, "vocabulary", None)
+    if isinstance(vocabulary, str):  # every command's --vocabulary names a file it reads
+        check_input_file(vocabulary, "--vocabulary")
+    if args.check is not None:
+        args.check(args)
+
+
+def _use_backend(args):
+    """Sets the Keras backend the command asked for, before Keras loads.
+
+    A command that declares its backend (`export` and `predict` write and
+    run TensorFlow SavedModels) runs on it whatever the environment names.
+    """
+    backend = args.forced_backend or getattr(args, "backend", None)
+    if backend is None:
+        return
+    if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != backend:
+        raise ValueError(f"--backend {backend}: Keras was loaded already, on {os.environ.get('KERAS_BACKEND')}.")
+    os.environ["KERAS_BACKEND"] = backend
+
+
+def _strategy_scope(args):
+    """The scope of the `--strategy` a command was given; no scope for the others."""
+    import contextlib
+
+    if getattr(args, "strategy", "absent") == "absent":
+        return contextlib.nullcontext()
+    from kbert.distribute import make_strategy
+
+    return make_strategy(args.strategy, connect_timeout=args.connect_timeout).scope()
+
+
+def _show_kbert_warnings_in_one_line(command):
+    """kbert's own warnings as `kbert COMMAND: warning: ...`, not Python's two lines with a source path."""
+    import warnings
+
+    python_format = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not os.path.abspath(filename).startswith(PACKAGE + os.sep):
+            return python_format(message, category, filename, lineno, file, line)
+        print(f"kbert {command}: warning: {one_line(message)}", file=file or sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+
+def _is_user_error(error):
+    """Whether `error` is what a user's input or machine causes (a bad value, file, disk), not a bug in kbert."""
+    import zipfile
+
+    if isinstance(error, (ValueError, TypeError, OSError, TimeoutError, zipfile.BadZipFile)):
+        return True
+    tensorflow = sys.modules.get("tensorflow")  # its errors only where it was loaded
+    errors = getattr(tensorflow, "errors", None)
+    return errors is not None and isinstance(error, errors.OpError)
+
+
+def one_line(error):
+    """An error (or warning) as the one line a command prints: an OS error as `file: reason`."""
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    return " ".join(line.strip() for line in str(message).strip().splitlines()[:1])
+
+
+def _first_missing(path):
+    """The highest folder of `path` that does not exist yet: what making `path` would make."""
+    path = os.path.abspath(path)
+    while not os.path.exists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
+
+
+def _output_folders(args):
+    """The folders a command writes into, made by it when missing: its declared ones, or `--out`."""
+    out = getattr(args, "out", None)
+    if not out:
+        return []
+    return args.output_folders(args) if args.output_folders is not None else [out]

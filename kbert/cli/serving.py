@@ -1,0 +1,124 @@
+"""`kbert export` and `kbert predict`: a trained model as a SavedModel for TF Serving, and run on texts.
+
+Both run on TensorFlow, whatever backend the environment names: they write
+and run TensorFlow SavedModels.
+"""
+
+import os
+import sys
+
+from kbert.cli.arguments import add_command, positive_int
+
+
+def add_commands(commands):
+    export = add_command(commands, "export", "write a trained model as a SavedModel for TF Serving", _export,
+                         check=_check_export, output_folders=_export_folders, backend="tensorflow")
+    export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
+    export.add_argument("--name", required=True, help="the model's name: writes OUT/NAME/VERSION/")
+    export.add_argument("--out", default="saved_models", help="the folder of served models")
+    export.add_argument("--version", type=positive_int, default=None, help="default: one more than the highest")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    export.add_argument("--texts", choices=("single", "pairs"), default=None,
+                        help="for a classifier or embedder: single texts or pairs (default: as trained)")
+
+    predict = add_command(commands, "predict", "run an exported SavedModel on texts (one JSON line each)",
+                          _predict, check=_check_predict, backend="tensorflow")
+    predict.add_argument("saved_model", help="a model folder of versions (saved_models/spam) or a version folder")
+    predict.add_argument("texts", nargs="*", help="texts, grouped per example in the model's input order: "
+                                                  "text [text_pair] | question context | context choice...")
+    predict.add_argument("--file", help="read the texts from this file, one per line, after any "
+                                        "given as arguments ('-': standard input); bytes are sent "
+                                        "as they are, whatever their encoding")
+    predict.add_argument("--trust", action="store_true",
+                         help="run a SavedModel whose ops are not all on kbert's list of safe ops (one that "
+                              "can read or write files, reach the network or run programs): only for a "
+                              "model whose source you trust")
+
+
+def _export_folders(args):
+    return [args.out, os.path.join(args.out, args.name)]
+
+
+def _check_export(args):
+    from kbert.command_outputs import check_input_file, check_output_folder
+
+    check_input_file(args.model, "MODEL")
+    check_output_folder(args.out, "--out")
+
+
+def _check_predict(args):
+    from kbert.command_outputs import check_input_file
+
+    if args.file not in (None, "-"):
+        check_input_file(args.file, "--file")
+def _export(args):
+    import kbert
+
+    # Checked here, in the command's words (the library's message names its
+    # `overwrite=True`); without --version the next free version is used.
+    target = os.path.join(args.out, args.name, str(args.version))
+    if args.version is not None and os.path.exists(target) and not args.overwrite:
+        raise FileExistsError(f"{target} exists; choose another --version, or pass --overwrite "
+                              "to replace it.")
+    if args.overwrite and os.path.exists(target) and not os.path.isfile(os.path.join(target, "saved_model.pb")):
+        raise ValueError(f"{target} is not an exported model (no saved_model.pb), so --overwrite does not "
+                         "replace it; choose another --version.")
+    model = kbert.load_model(args.model)
+    text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
+    try:
+        # kbert.export checks the ops before the version goes live.
+        path = kbert.export(model, os.path.join(args.out, args.name), version=args.version,
+                            overwrite=args.overwrite, text_pairs=text_pairs)
+    except ValueError as error:
+        if text_pairs is None and "text_pairs" in str(error):
+            raise ValueError(f"{args.model} has not seen any text yet, so it is not known whether "
+                             "it reads single texts or pairs; pass --texts single or --texts "
+                             "pairs.") from None
+        raise
+    print(f"Exported {type(model).__name__} to {path} (signatures serving_default, from_token_ids, "
+          "from_tf_example; every op is one TF Serving has)")
+
+
+def _predict(args):
+    import json
+
+    texts = [_argument_bytes(text) for text in args.texts]
+    if args.file is not None:
+        texts += _read_lines(args.file)
+    if not texts:
+        raise ValueError("Give texts as arguments or with --file.")
+    from kbert.serving import SavedModelPredictor
+
+    predictor = SavedModelPredictor(args.saved_model, trust=args.trust)
+    for example in predictor.predict_texts(texts):
+        print(json.dumps(example, ensure_ascii=False))
+
+
+def _argument_bytes(text):
+    """A command-line argument as the bytes that were typed.
+
+    Python decodes arguments as UTF-8, keeping undecodable bytes as lone
+    surrogates; `os.fsencode` gives those bytes back, so a model gets what
+    it would get from any other client.
+    """
+    return os.fsencode(text)
+
+
+def _read_lines(path):
+    """The lines of a file or of standard input (`-`), as bytes, without their line ends.
+
+    Lines end as in every text file kbert reads (LF, CRLF or CR; a leading
+    byte-order mark removed: `kbert.text_files`), but the bytes are sent as
+    they are: a model server takes whatever a client sends.
+    """
+    import re
+
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as file:
+            data = file.read()
+    lines = re.split(rb"\r\n|\r|\n", data.removeprefix(b"\xef\xbb\xbf"))
+    if lines[-1] == b"":  # after the last line's end, or an empty file
+        lines.pop()
+    return lines
