@@ -76,8 +76,8 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 sys.path.append(str(Path(__file__).resolve().parent))
 
 from timing import cpu_model, write_json  # noqa: E402
-PATHS = ("kbert-jax", "kbert-jax-attention-dropout-0", "kbert-jax-gelu-approximate", "kbert-torch", "kbert-torch-compile", "keras-hub-jax",
-         "keras-hub-torch", "transformers", "transformers-compile")
+PATHS = ("kbert-jax", "kbert-jax-attention-dropout-0", "kbert-jax-gelu-approximate", "kbert-torch",
+         "kbert-torch-compile", "keras-hub-jax", "keras-hub-torch", "transformers", "transformers-compile")
 WORKLOADS = {  # name: (training?, batch size, sequence length)
     "train_32x128": (True, 32, 128),
     "train_16x512": (True, 16, 512),
