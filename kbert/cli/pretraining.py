@@ -8,9 +8,9 @@ from kbert.cli.arguments import (
     add_attention_dropout_argument,
     add_backend_argument,
     add_command,
-    folder_of_the_out_file,
     add_quiet_argument,
     add_strategy_arguments,
+    folder_of_the_out_file,
     open_fraction,
     positive_float,
     positive_int,
@@ -35,7 +35,7 @@ def add_commands(commands):
     vocabulary.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
     pretrain = add_command(commands, "pretrain", "pretrain BERT or ALBERT (masked LM + NSP or SOP) on raw text "
-                                                 "files", _pretrain, check=_check_corpus_and_out,
+                                                 "files", _pretrain, check=_check_pretrain,
                            interrupted="; run the same command again to resume from the last backup.")
     pretrain.add_argument("--corpus", action="append", required=True,
                           help="text files, folders or glob patterns (repeatable), or one folder "
@@ -90,7 +90,7 @@ def add_commands(commands):
     add_backend_argument(pretrain)
 
     prepare = add_command(commands, "prepare-pretraining", "write a corpus' segment pairs to sharded TFRecords",
-                          _prepare_pretraining, check=_check_corpus_and_out)
+                          _prepare_pretraining, check=_check_prepare_pretraining)
     prepare.add_argument("--corpus", action="append", required=True,
                          help="text files, folders or glob patterns (repeatable)")
     prepare.add_argument("--vocabulary", required=True, help="the vocab.txt to tokenize with")
@@ -134,14 +134,19 @@ def _check_vocabulary(args):
     check_output_file(args.out, "--out", args.overwrite, inputs)
 
 
-def _check_corpus_and_out(args):
+def _check_pretrain(args):
+    from kbert.command_outputs import check_output_folder
+
+    check_output_folder(args.out, "--out")
+
+
+def _check_prepare_pretraining(args):
     import glob
 
     from kbert.command_outputs import check_output_folder
 
     inputs = [path for pattern in args.corpus for path in glob.glob(pattern)] + args.corpus
-    check_output_folder(args.out, "--out", inputs + [args.vocabulary] if args.command == "prepare-pretraining"
-                        else ())
+    check_output_folder(args.out, "--out", inputs + [args.vocabulary])
 
 
 def _vocabulary(args):
