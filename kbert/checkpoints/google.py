@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from kbert.checkpoints import huggingface
 from kbert.checkpoints.checkpoint_files import CheckpointError, check_finite, read_json
 
 CONFIG_FILE = "bert_config.json"
@@ -47,6 +48,15 @@ def huggingface_name(name):
     if name.endswith("_embeddings"):
         name += ".weight"  # the tables have no suffix in Google's names
     return name
+
+
+def encoder_arguments(config, source):
+    """`kbert.Encoder` arguments from a `bert_config.json` dict (`source` names the file in errors).
+
+    Its keys are the ones Hugging Face's BERT `config.json` kept, and are
+    checked the same way (`huggingface.encoder_arguments`).
+    """
+    return huggingface.encoder_arguments(config, source)
 
 
 def read_google_checkpoint(folder):

@@ -43,8 +43,11 @@ _CONFIG_KEYS = {
 }
 
 
-def encoder_config_from_huggingface(config, source):
-    """`kbert.Encoder` arguments from a Hugging Face (or Google) BERT config dict.
+def encoder_arguments(config, source):
+    """`kbert.Encoder` arguments from a BERT config dict: Hugging Face's `config.json`, or Google's `bert_config.json`.
+
+    Google's file has the keys that Hugging Face's BERT config kept
+    (`google.encoder_arguments` reads it here).
 
     Only what kbert's encoder computes is accepted: post-LayerNorm blocks,
     exact GELU, absolute positions, LayerNorm epsilon 1e-12. Each key is
@@ -121,7 +124,7 @@ def read_huggingface_folder(folder):
     config_path = os.path.join(folder, CONFIG_FILE)
     config = read_json(config_path)
     one_of(config, "model_type", config_path, ("bert",), "bert")
-    arguments = encoder_config_from_huggingface(config, config_path)
+    arguments = encoder_arguments(config, config_path)
     weights_path = os.path.join(folder, WEIGHTS_FILE)
     tensors = read_safetensors(weights_path)
     # Some exports prefix every name with the model type ("bert.embeddings...").

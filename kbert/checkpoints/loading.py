@@ -216,7 +216,7 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attenti
     else:
         config, tensors = google.read_google_checkpoint(folder)
         config_path = os.path.join(folder, google.CONFIG_FILE)
-        arguments = huggingface.encoder_config_from_huggingface(config, config_path)
+        arguments = google.encoder_arguments(config, config_path)
         weights = google.checkpoint_prefix(folder)
         huggingface.check_config_against_tensors(arguments, tensors, config_path, weights)
         vocabulary = os.path.join(folder, google.VOCABULARY_FILE)
