@@ -18,6 +18,8 @@ from kbert.cli.arguments import (
 )
 
 # Sentences whose [MASK] guesses `kbert pretrain` shows in TensorBoard's Text tab.
+
+
 PRETRAIN_FILL_MASK_SENTENCES = (
     "paris is the [MASK] of france .",
     "he went to the [MASK] to buy some bread .",
@@ -185,6 +187,8 @@ def _write_lines_atomically(path, lines):
             f.write("\n".join(lines) + "\n")
 
     write_atomically(str(path), write)
+
+
 def _pretrain(args):
     from pathlib import Path
 

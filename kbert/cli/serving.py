@@ -51,6 +51,8 @@ def _check_predict(args):
 
     if args.file not in (None, "-"):
         check_input_file(args.file, "--file")
+
+
 def _export(args):
     import kbert
 
