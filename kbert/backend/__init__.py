@@ -90,8 +90,9 @@ class UntrackedStepState:
     them. As a layer attribute, Keras' tracker walks every array of it
     first: some 13,700 Python calls per step at BERT-base's depth, host time
     that the device waits for whenever the loss is read each step (the
-    progress bar, any per-batch callback). The arrays are not layer state (not variables, layers or
-    seeds), so nothing is lost by setting them plainly.
+    progress bar, any per-batch callback). The arrays are not layer state
+    (not variables, layers or seeds), so nothing is lost by setting them
+    plainly.
     """
 
     def __setattr__(self, name, value):

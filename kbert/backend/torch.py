@@ -66,10 +66,9 @@ def compile_transformer_blocks(model):
 
     Keras' own `jit_compile=True` on PyTorch compiles the whole training
     step, Keras' Python included, which had not finished for BERT-base
-    after 150 s on a GPU. A block
-    is a small, pure computation: it compiles once (tens of seconds), and every
-    block of the encoder (the same shapes) reuses the program. Embeddings,
-    head, loss and optimizer stay eager.
+    after 150 s on a GPU. A block is a small, pure computation: it compiles
+    once (tens of seconds), and every block of the encoder (the same shapes)
+    reuses the program. Embeddings, head, loss and optimizer stay eager.
     """
     for layer in _layers_within(model):
         if hasattr(layer, "_self_attention_layer"):
