@@ -1,7 +1,7 @@
 """BERT's Transformer block in `keras.ops`, for the backends whose compilers fuse it (JAX, PyTorch).
 
 The same computation as keras-hub's `TransformerEncoder` (post-LayerNorm),
-on its variables, in fewer and larger ops: one matmul for the query, key and
+on the same variables, in fewer and larger ops: one matmul for the query, key and
 value projections, heads split by a reshape, and attention handed to the
 backend's fused kernel (`attend`) unless attention probabilities are wanted
 or must be dropped out by a kernel that cannot.
@@ -25,38 +25,38 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     it returns None where that kernel does not apply, and
     `explicit_attention` runs instead.
     """
-    attention = block._self_attention_layer
+    attention = block.self_attention_layer
     hidden_dim = inputs.shape[-1]
-    heads, head_dim = attention._query_dense.kernel.shape[1:]
+    heads, head_dim = attention.query_dense.kernel.shape[1:]
     width = heads * head_dim
     batch_size, length = ops.shape(inputs)[0], ops.shape(inputs)[1]
 
     # One matmul on the three kernels side by side: on an accelerator a
     # kernel launch costs more than joining the weights.
-    projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+    projections = (attention.query_dense, attention.key_dense, attention.value_dense)
     kernel = ops.concatenate([ops.reshape(p.kernel, (hidden_dim, width)) for p in projections], axis=1)
     bias = ops.concatenate([ops.reshape(p.bias, (width,)) for p in projections], axis=0)
     qkv = ops.reshape(ops.matmul(inputs, kernel) + bias, (batch_size, length, 3, heads, head_dim))
     query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
-    dropout = attention._dropout_layer
+    dropout = block.attention_probabilities_dropout
     context = probabilities = None
     if not return_attention_scores:
         context = attend(query, key, value, padding_mask, dropout, training)
     if context is None:
         context, probabilities = explicit_attention(query, key, value, padding_mask, dropout, training)
-    output = attention._output_dense
+    output = attention.output_dense
     context = ops.reshape(context, (batch_size, length, width))
     attended = ops.matmul(context, ops.reshape(output.kernel, (width, hidden_dim))) + output.bias
-    attended = block._self_attention_dropout(attended, training=training)
-    x = block._self_attention_layer_norm(attended + inputs)
+    attended = block.self_attention_dropout(attended, training=training)
+    x = block.self_attention_layer_norm(attended + inputs)
 
-    intermediate = block._feedforward_intermediate_dense
+    intermediate = block.feedforward_intermediate_dense
     hidden = block.activation(ops.matmul(x, intermediate.kernel) + intermediate.bias)
-    output = block._feedforward_output_dense
+    output = block.feedforward_output_dense
     hidden = ops.matmul(hidden, output.kernel) + output.bias
-    hidden = block._feedforward_dropout(hidden, training=training)
-    x = block._feedforward_layer_norm(hidden + x)
+    hidden = block.feedforward_dropout(hidden, training=training)
+    x = block.feedforward_layer_norm(hidden + x)
     if return_attention_scores:
         return x, probabilities
     return x

@@ -18,9 +18,9 @@ COMPILES_EACH_SHAPE = False
 def transformer_block(block, inputs, padding_mask=None, training=None, return_attention_scores=False):
     """BERT's post-LayerNorm Transformer block on `block`'s variables, in a graph CPUs run fast.
 
-    `block` is a built `keras_hub.layers.TransformerEncoder` (kbert's
-    `LeanTransformerEncoder`); the result equals its `call`. The graph is
-    shaped for TensorFlow's grappler remapper and its oneDNN kernels:
+    `block` is a built kbert block (`LeanTransformerEncoder`), whose
+    sublayers hold the variables. The graph is shaped for TensorFlow's
+    grappler remapper and its oneDNN kernels:
 
     - activations stay 2-D, `(batch * sequence, hidden_dim)`, so every
       projection is one `MatMul` (not an einsum's `BatchMatMulV2`), and
@@ -33,9 +33,9 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
     With far fewer ops per block, small models (BERT-tiny, a served model
     answering one sentence) spend less time dispatching ops.
     """
-    attention = block._self_attention_layer
+    attention = block.self_attention_layer
     hidden_dim = inputs.shape[-1]
-    heads, head_dim = attention._query_dense.kernel.shape[1:]
+    heads, head_dim = attention.query_dense.kernel.shape[1:]
     width = heads * head_dim
     shape = tf.shape(inputs)
     batch_size, length = shape[0], shape[1]
@@ -47,7 +47,7 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
     # joined: that join copies every kernel at every call, which costs
     # more than the matmuls on a short request (a served sentence: 10 %
     # of the blocks' time), and gains 1-2 % on large batches.
-    projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+    projections = (attention.query_dense, attention.key_dense, attention.value_dense)
     qkv = tf.concat(
         [tf.nn.bias_add(tf.matmul(x, tf.reshape(p.kernel, [hidden_dim, width])), tf.reshape(p.bias, [width]))
          for p in projections],
@@ -63,21 +63,21 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
         blocked = 1.0 - tf.cast(padding_mask, scores.dtype)[:, None, None, :]
         scores = scores + blocked * _large_negative(scores.dtype)
     probabilities = tf.nn.softmax(scores, axis=-1)
-    dropped = attention._dropout_layer(probabilities, training=training)
+    dropped = block.attention_probabilities_dropout(probabilities, training=training)
     context = tf.matmul(dropped, value)
     context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, width])
-    output = attention._output_dense
+    output = attention.output_dense
     attended = tf.nn.bias_add(tf.matmul(context, tf.reshape(output.kernel, [width, hidden_dim])), output.bias)
-    attended = block._self_attention_dropout(attended, training=training)
-    x = block._self_attention_layer_norm(attended + x)
+    attended = block.self_attention_dropout(attended, training=training)
+    x = block.self_attention_layer_norm(attended + x)
 
-    intermediate = block._feedforward_intermediate_dense
+    intermediate = block.feedforward_intermediate_dense
     # keras' GELU is `tf.nn.gelu`, whose ops the remapper fuses into the matmul.
     hidden = block.activation(tf.nn.bias_add(tf.matmul(x, intermediate.kernel), intermediate.bias))
-    output = block._feedforward_output_dense
+    output = block.feedforward_output_dense
     hidden = tf.nn.bias_add(tf.matmul(hidden, output.kernel), output.bias)
-    hidden = block._feedforward_dropout(hidden, training=training)
-    x = block._feedforward_layer_norm(hidden + x)
+    hidden = block.feedforward_dropout(hidden, training=training)
+    x = block.feedforward_layer_norm(hidden + x)
 
     x = tf.reshape(x, shape)
     if return_attention_scores:

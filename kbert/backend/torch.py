@@ -71,7 +71,7 @@ def compile_transformer_blocks(model):
     reuses the program. Embeddings, head, loss and optimizer stay eager.
     """
     for layer in _layers_within(model):
-        if hasattr(layer, "_self_attention_layer"):
+        if hasattr(layer, "compiled_with_torch"):  # kbert's Transformer blocks
             layer.compiled_with_torch = True
     return True
 
@@ -92,18 +92,18 @@ def _block_math_arguments(block, inputs, padding_mask, training):
 
     Dropout must draw from PyTorch's global generator (as unseeded Keras
     `Dropout` layers do), the activation must be a GELU, LayerNorms plain
-    (the block is post-LayerNorm: `LeanTransformerEncoder` sends no other).
+    (kbert's block is post-LayerNorm).
     """
-    attention = block._self_attention_layer
-    dropouts = (attention._dropout_layer, block._self_attention_dropout, block._feedforward_dropout)
+    attention = block.self_attention_layer
+    dropouts = (block.attention_probabilities_dropout, block.self_attention_dropout, block.feedforward_dropout)
     if training and any(d.rate > 0 and not _drops_out_with_the_global_generator(d) for d in dropouts):
         return None
     approximate = GELU_APPROXIMATIONS.get(getattr(block.activation, "__name__", None))
-    norms = (block._self_attention_layer_norm, block._feedforward_layer_norm)
+    norms = (block.self_attention_layer_norm, block.feedforward_layer_norm)
     if approximate is None or any(n.rms_scaling or n.gamma is None or n.beta is None for n in norms):
         return None
-    layers = (attention._query_dense, attention._key_dense, attention._value_dense, attention._output_dense,
-              block._feedforward_intermediate_dense, block._feedforward_output_dense)
+    layers = (attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense,
+              block.feedforward_intermediate_dense, block.feedforward_output_dense)
     weights = [value for layer in layers for value in (layer.kernel.value, layer.bias.value)]
     weights += [value for norm in norms for value in (norm.gamma.value, norm.beta.value)]
     settings = (tuple(float(d.rate) if training else 0.0 for d in dropouts),

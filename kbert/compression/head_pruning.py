@@ -83,7 +83,7 @@ def head_importance(model, x, y=None, batch_size=None, normalize=True):
     _check_unshared(encoder)
     if getattr(model, "_compile_loss", None) is None:
         raise ValueError("`head_importance` needs the model's loss: compile the model with one.")
-    kernels = [_attention(block)._output_dense.kernel for block in encoder.transformer_layers]
+    kernels = [block.self_attention_layer.output_dense.kernel for block in encoder.transformer_layers]
 
     def loss(features, targets, sample_weight):
         predictions = model(features, training=False)
@@ -277,7 +277,7 @@ def mask_heads(model, heads):
     >>> encoder = kbert.Encoder(vocabulary_size=50, num_layers=1, hidden_dim=16, num_heads=4,
     ...                         intermediate_dim=32, max_sequence_length=16)
     >>> masked = kbert.compression.mask_heads(encoder, {0: [2]})
-    >>> kernel = masked.transformer_layers[0]._self_attention_layer._output_dense.kernel.numpy()
+    >>> kernel = masked.transformer_layers[0].self_attention_layer.output_dense.kernel.numpy()
     >>> float(np.abs(kernel[2]).max()), bool(np.abs(kernel[1]).max() > 0)
     (0.0, True)
     """
@@ -288,7 +288,7 @@ def mask_heads(model, heads):
         target.assign(source.numpy())
     copy_encoder = copy if is_encoder(copy) else copy.encoder
     for layer, dropped in removed.items():
-        kernel = _attention(copy_encoder.transformer_layers[layer])._output_dense.kernel
+        kernel = copy_encoder.transformer_layers[layer].self_attention_layer.output_dense.kernel
         value = kernel.numpy()
         value[sorted(dropped)] = 0
         kernel.assign(value)
@@ -358,18 +358,14 @@ def _checked_heads(encoder, heads):
     return checked
 
 
-def _attention(block):
-    return block._self_attention_layer
-
-
 def _head_variables(block):
     """A block's attention variables with a head axis, by their names in `_HEAD_AXES`."""
-    attention = _attention(block)
+    attention = block.self_attention_layer
     layers = {
-        "query": attention._query_dense,
-        "key": attention._key_dense,
-        "value": attention._value_dense,
-        "attention_output": attention._output_dense,
+        "query": attention.query_dense,
+        "key": attention.key_dense,
+        "value": attention.value_dense,
+        "attention_output": attention.output_dense,
     }
     variables = {}
     for layer_name, layer in layers.items():

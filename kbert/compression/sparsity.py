@@ -5,17 +5,17 @@ import numpy as np
 from keras import ops
 
 # The dense kernels of a Transformer block that magnitude pruning thins out,
-# by name, with where keras-hub's `TransformerEncoder` keeps them.
+# by name, with the block's attribute (and its attention's) that holds each.
 KERNEL_NAMES = ("query", "key", "value", "attention_output", "intermediate", "output")
 _ATTENTION_DENSES = {
-    "query": "_query_dense",
-    "key": "_key_dense",
-    "value": "_value_dense",
-    "attention_output": "_output_dense",
+    "query": "query_dense",
+    "key": "key_dense",
+    "value": "value_dense",
+    "attention_output": "output_dense",
 }
 _FEEDFORWARD_DENSES = {
-    "intermediate": "_feedforward_intermediate_dense",
-    "output": "_feedforward_output_dense",
+    "intermediate": "feedforward_intermediate_dense",
+    "output": "feedforward_output_dense",
 }
 
 
@@ -52,7 +52,7 @@ def prunable_kernels(encoder):
     """
     kernels = []
     for block in encoder.transformer_layers:
-        attention = block._self_attention_layer
+        attention = block.self_attention_layer
         for name, attribute in _ATTENTION_DENSES.items():
             kernels.append((block.name, name, getattr(attention, attribute).kernel))
         for name, attribute in _FEEDFORWARD_DENSES.items():

@@ -45,9 +45,9 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
 
     Token, segment and learned position embeddings are summed, normalised
     (LayerNorm, epsilon 1e-12) and dropped out; `num_layers` post-LayerNorm
-    Transformer blocks (`LeanTransformerEncoder`: keras-hub's
-    `TransformerEncoder` and its variables, computed as fewer, larger ops;
-    exact GELU) follow;
+    Transformer blocks (`LeanTransformerEncoder`: kbert's block, on
+    keras-hub's variables, computed as fewer, larger ops; exact GELU)
+    follow;
     a dense tanh pooler reads the first token (`[CLS]`).
 
     Two options make it ALBERT's encoder (Lan et al., 2019; see the

@@ -177,10 +177,10 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
             earlier = [block for blocks in student.layer_blocks[:-1] for block in blocks]
             earlier += student.layer_blocks[-1][:-1]
             if not any(block is last for block in earlier):
-                attention = last._self_attention_layer
-                for layer in (attention._value_dense, attention._output_dense, last._self_attention_layer_norm,
-                              last._feedforward_intermediate_dense, last._feedforward_output_dense,
-                              last._feedforward_layer_norm):
+                attention = last.self_attention_layer
+                for layer in (attention.value_dense, attention.output_dense, last.self_attention_layer_norm,
+                              last.feedforward_intermediate_dense, last.feedforward_output_dense,
+                              last.feedforward_layer_norm):
                     unused += layer.weights
         return unused
 

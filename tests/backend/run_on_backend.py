@@ -174,7 +174,7 @@ def data_parallel(folder, backend):
             keras.distribution.set_distribution(distribution)
         model = tiny_classifier()
         history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
-        kernel = model.encoder.transformer_layers[0]._feedforward_intermediate_dense.kernel.value
+        kernel = model.encoder.transformer_layers[0].feedforward_intermediate_dense.kernel.value
         runs[name] = {
             "losses": [float(v) for v in history.history["loss"]],
             "weight_devices": len(kernel.sharding.device_set),

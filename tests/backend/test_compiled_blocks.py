@@ -17,7 +17,7 @@ pytestmark = [
 def _blocks(model):
     from kbert.backend.torch import _layers_within
 
-    return [layer for layer in _layers_within(model) if hasattr(layer, "_self_attention_layer")]
+    return [layer for layer in _layers_within(model) if hasattr(layer, "compiled_with_torch")]
 
 
 def _padded_inputs(hidden_dim, seed=0):
@@ -37,7 +37,7 @@ def test_the_block_in_plain_pytorch_computes_what_the_keras_block_does(architect
     encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture=architecture))
     block = _blocks(encoder)[0]
     inputs, padding_mask = _padded_inputs(encoder.hidden_dim)
-    kernel = block._feedforward_intermediate_dense.kernel.value
+    kernel = block.feedforward_intermediate_dense.kernel.value
     expected = portable_block(block, inputs, padding_mask, False, False, dot_product_attention)
     computed = block_math(*_block_math_arguments(block, inputs, padding_mask, training=False))
     np.testing.assert_allclose(numpy(computed), numpy(expected), atol=1e-5)
@@ -52,7 +52,7 @@ def test_a_seeded_dropout_layer_keeps_the_block_on_the_keras_path():
     block = _blocks(kbert.Encoder(**tiny_encoder_kwargs()))[0]
     inputs, padding_mask = _padded_inputs(16)
     assert _block_math_arguments(block, inputs, padding_mask, training=True) is not None
-    block._feedforward_dropout.seed = 7  # its masks follow its own seeds: only Keras' dropout draws them
+    block.feedforward_dropout.seed = 7  # its masks follow its own seeds: only Keras' dropout draws them
     assert _block_math_arguments(block, inputs, padding_mask, training=True) is None
     assert _block_math_arguments(block, inputs, padding_mask, training=False) is not None
 

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.all_backends
 
 def direct_attention(layer, x, padding_mask):
     """softmax(Q K^T / sqrt(d) + mask) per head, from the layer's weights in NumPy."""
-    attention = layer._self_attention_layer
+    attention = layer.self_attention_layer
     def project(dense):
         return np.einsum("btd,dhk->bthk", x, dense.kernel.numpy()) + dense.bias.numpy()
-    query, key = project(attention._query_dense), project(attention._key_dense)
+    query, key = project(attention.query_dense), project(attention.key_dense)
     logits = np.einsum("bqhk,bthk->bhqt", query, key) / np.sqrt(query.shape[-1])
     logits = np.where(padding_mask[:, None, None, :] > 0, logits, -np.inf)
     logits -= logits.max(axis=-1, keepdims=True)
@@ -79,7 +79,7 @@ def test_each_head_is_one_image_with_its_own_colour_scale(tmp_path):
     encoder = kbert.Encoder(**tiny_encoder_kwargs())
     for layer in encoder.transformer_layers:
         # Head 0 sharpened (larger queries); head 1 attends almost evenly, as untrained heads do.
-        query = layer._self_attention_layer._query_dense.kernel
+        query = layer.self_attention_layer.query_dense.kernel
         query.assign(keras.ops.convert_to_numpy(query) * np.array([20.0, 1.0])[None, :, None])
     logger = AttentionMapLogger(tmp_path, "the cats sat", vocabulary=TINY_VOCABULARY)
     tokens, scores = logger.attention(encoder)

@@ -49,7 +49,7 @@ def logits(model):
 
 
 def output_kernel(encoder, layer):
-    return encoder.transformer_layers[layer]._self_attention_layer._output_dense.kernel
+    return encoder.transformer_layers[layer].self_attention_layer.output_dense.kernel
 
 
 def test_output_kernel_gradient_is_the_head_mask_gradient():
@@ -66,13 +66,13 @@ def test_output_kernel_gradient_is_the_head_mask_gradient():
     ops = keras.ops
 
     def masked_forward():
-        q, k, v = attention._query_dense(x), attention._key_dense(x), attention._value_dense(x)
+        q, k, v = attention.query_dense(x), attention.key_dense(x), attention.value_dense(x)
         scores = ops.einsum("btnd,bsnd->bnts", q, k) / np.sqrt(head_dim)
         context = ops.einsum("bnts,bsnd->btnd", ops.softmax(scores, axis=-1), v)
-        return attention._output_dense(context * xi.value[None, None, :, None])
+        return attention.output_dense(context * xi.value[None, None, :, None])
 
     assert_allclose(numpy(masked_forward()), numpy(attention(x, x)), atol=1e-5)
-    kernel = attention._output_dense.kernel
+    kernel = attention.output_dense.kernel
     mask_gradient, kernel_gradient = gradient_function(
         lambda: ops.sum(masked_forward() * weights), [xi, kernel]
     )()
@@ -152,8 +152,8 @@ def test_pruned_computes_what_masked_computes():
     assert np.abs(pruned_logits - logits(model)).max() > 1e-3  # the heads did matter
     assert_all_close(pruned.encoder(encoder_inputs()), masked.encoder(encoder_inputs()), atol=1e-5)
     # The kept heads' weights are the model's, in order.
-    query = numpy(model.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel)
-    pruned_query = numpy(pruned.encoder.transformer_layers[0]._self_attention_layer._query_dense.kernel)
+    query = numpy(model.encoder.transformer_layers[0].self_attention_layer.query_dense.kernel)
+    pruned_query = numpy(pruned.encoder.transformer_layers[0].self_attention_layer.query_dense.kernel)
     assert_array_equal(pruned_query, query[:, [1, 2]])
 
     # Pruned again, with the pruned model's own head numbers; its importance has NaN past its heads.

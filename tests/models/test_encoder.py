@@ -208,7 +208,7 @@ def test_shared_layers_are_one_set_of_variables():
     before = [numpy(x) for x in encoder(inputs)["encoder_outputs"]]
     assert len(before) == 4
     # One change to the shared weights changes every layer's output.
-    kernel = encoder.transformer_layers[0]._feedforward_output_dense.kernel
+    kernel = encoder.transformer_layers[0].feedforward_output_dense.kernel
     kernel.assign(numpy(kernel) * 1.5)
     after = [numpy(x) for x in encoder(inputs)["encoder_outputs"]]
     for old, new in zip(before, after):
@@ -309,12 +309,12 @@ def pruned_kwargs(**overrides):
 def test_heads_per_layer_shapes_and_parameter_count():
     encoder = kbert.Encoder(**pruned_kwargs())
     for block, heads in zip(encoder.transformer_layers, [4, 1, 3]):
-        attention = block._self_attention_layer
-        assert tuple(attention._query_dense.kernel.shape) == (16, heads, 4)
-        assert tuple(attention._value_dense.bias.shape) == (heads, 4)
-        assert tuple(attention._output_dense.kernel.shape) == (heads, 4, 16)
-    # Every block, pruned or not, is keras-hub's block computed the lean way.
-    assert all(isinstance(block, keras_hub.layers.TransformerEncoder) for block in encoder.transformer_layers)
+        attention = block.self_attention_layer
+        assert tuple(attention.query_dense.kernel.shape) == (16, heads, 4)
+        assert tuple(attention.value_dense.bias.shape) == (heads, 4)
+        assert tuple(attention.output_dense.kernel.shape) == (heads, 4, 16)
+    # Every block, pruned or not, is kbert's lean block.
+    assert all(isinstance(block, LeanTransformerEncoder) for block in encoder.transformer_layers)
     outputs = encoder(encoder_inputs())
     assert outputs["sequence_output"].shape == (2, 6, 16) and len(outputs["encoder_outputs"]) == 3
     assert encoder.is_head_pruned

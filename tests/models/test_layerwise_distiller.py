@@ -35,8 +35,8 @@ def copy_of(model):
 def sharpen_attention(model, factor=20.0):
     """Scales the query and key kernels, so that the maps are far from uniform (something to learn)."""
     for block in model.transformer_layers:
-        attention = block._self_attention_layer
-        for dense in (attention._query_dense, attention._key_dense):
+        attention = block.self_attention_layer
+        for dense in (attention.query_dense, attention.key_dense):
             dense.kernel.assign(dense.kernel * factor)
 
 

@@ -14,10 +14,10 @@ pytestmark = pytest.mark.all_backends
 HIDDEN, HEADS, INTERMEDIATE = 32, 4, 64
 
 
-def block_pair(activation="gelu", dropout=0.0, dtype=None, normalize_first=False):
+def block_pair(activation="gelu", dropout=0.0, dtype=None):
     """A lean block and keras-hub's, built for (2, 7, HIDDEN), with the same random weights."""
     settings = dict(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=dropout, activation=activation,
-                    layer_norm_epsilon=1e-12, normalize_first=normalize_first, dtype=dtype)
+                    layer_norm_epsilon=1e-12, dtype=dtype)
     lean, reference = LeanTransformerEncoder(**settings), keras_hub.layers.TransformerEncoder(**settings)
     lean.build((2, 7, HIDDEN))
     reference.build((2, 7, HIDDEN))
@@ -102,7 +102,7 @@ def test_attention_dropout_drops_out_the_attention_probabilities_alone():
     attention_only = LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
                                             attention_dropout=0.5, activation="gelu", layer_norm_epsilon=1e-12)
     attention_only.build((2, 7, HIDDEN))
-    # Its attention layer, replaced for the other rate, keeps keras-hub's variables and their order.
+    # Another rate for the attention probabilities leaves keras-hub's variables and their order.
     assert [(v.path.split("/", 1)[1], v.shape) for v in attention_only.weights] == [
         (v.path.split("/", 1)[1], v.shape) for v in reference.weights
     ]
@@ -113,10 +113,12 @@ def test_attention_dropout_drops_out_the_attention_probabilities_alone():
     assert not np.allclose(trained, numpy(reference(x, padding_mask=padding_mask)), atol=1e-3)
 
 
-def test_normalize_first_blocks_compute_as_keras_hubs():
-    lean, reference = block_pair(normalize_first=True)
-    x, padding_mask = inputs()
-    assert_all_close(lean(x, padding_mask=padding_mask), reference(x, padding_mask=padding_mask), atol=1e-5)
+def test_only_the_post_layer_norm_block_is_made():
+    with pytest.raises(ValueError, match="post-LayerNorm"):
+        LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, normalize_first=True)
+    # Configs written when the block was keras-hub's carry normalize_first=False.
+    assert LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS,
+                                  normalize_first=False).get_config()["normalize_first"] is False
 
 
 def test_mixed_bfloat16_computes_in_bfloat16_close_to_float32():
@@ -152,8 +154,8 @@ def test_heads_of_a_pruned_block_keep_their_size():
     block = LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=1, head_dim=HIDDEN // HEADS)
     x, padding_mask = inputs()
     assert block(x, padding_mask=padding_mask).shape == (2, 7, HIDDEN)
-    assert tuple(block._self_attention_layer._query_dense.kernel.shape) == (HIDDEN, 1, HIDDEN // HEADS)
-    assert tuple(block._self_attention_layer._output_dense.kernel.shape) == (1, HIDDEN // HEADS, HIDDEN)
+    assert tuple(block.self_attention_layer.query_dense.kernel.shape) == (HIDDEN, 1, HIDDEN // HEADS)
+    assert tuple(block.self_attention_layer.output_dense.kernel.shape) == (1, HIDDEN // HEADS, HIDDEN)
 
 
 def test_config_round_trip():
