@@ -13,7 +13,7 @@ from kbert.models.multiple_choice import MultipleChoice
 from kbert.models.question_answerer import QuestionAnswerer
 from kbert.models.tagger import Tagger
 from kbert.preprocessing.preprocessor import Preprocessor
-from kbert.preprocessing.tokenizers import tokenizer_from_vocabulary
+from kbert.preprocessing.tokenizer_choice import tokenizer_from_vocabulary
 from kbert.presets import PRESETS
 
 
