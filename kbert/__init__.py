@@ -12,7 +12,8 @@ The pipeline, in the order data takes it:
 - `load_pretrained` / `save_pretrained`: published BERT checkpoints
   (Hugging Face, Google, keras-hub) in and out;
 - pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
-  raw documents), `Pretrainer`, `callbacks.standard` (TensorBoard,
+  raw documents; options as `PretrainingSettings`, batches as
+  `PretrainingData`), `Pretrainer`, `callbacks.standard` (TensorBoard,
   checkpoints, resume), `fill_mask`;
 - `export`: a task model as a versioned SavedModel that TF Serving serves on raw text;
 - `data`: readers for the canonical data sets; `metrics`: how each task is scored.
@@ -90,6 +91,8 @@ _NAMES = {
     "save_pretrained": "kbert.checkpoints",
     "pretraining_dataset": "kbert.data.pretraining",
     "prepare_pretraining_data": "kbert.data.pretraining",
+    "PretrainingData": "kbert.data.pretraining_data",
+    "PretrainingSettings": "kbert.data.pretraining_settings",
     "Classifier": "kbert.models.classifier",
     "Distiller": "kbert.models.distiller",
     "Embedder": "kbert.models.embedder",
@@ -129,6 +132,7 @@ _NAMES = {
 _TENSORFLOW_MODULES = {
     "kbert.serving",
     "kbert.data.pretraining",
+    "kbert.data.pretraining_data",
     "kbert.models.fill_mask",
     "kbert.builders",
     *(module for module in _NAMES.values() if module.startswith("kbert.preprocessing.")),
@@ -263,6 +267,8 @@ __all__ = [
     "data",
     "embedder",
     "export",
+    "PretrainingData",
+    "PretrainingSettings",
     "fill_mask",
     "learn_vocabulary",
     "load_pretrained",

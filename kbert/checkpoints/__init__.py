@@ -1,11 +1,6 @@
-"""Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions.
-
-`resolve_encoder` says what any `encoder` argument names (a preset, a checkpoint, a `.keras` file, an encoder or
-a keras-hub backbone) and returns it as an encoder and its tokenizer.
-"""
+"""Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions."""
 
 from kbert.checkpoints.checkpoint_files import CheckpointError
-from kbert.checkpoints.encoder_argument import UnknownEncoderError, resolve_encoder
 from kbert.checkpoints.keras_hub_models import (
     encoder_from_keras_hub,
     encoder_to_keras_hub,
@@ -29,7 +24,6 @@ __all__ = [
     "HUB_FILES",
     "KNOWN_CHECKPOINTS",
     "UnknownCheckpointError",
-    "UnknownEncoderError",
     "checkpoint_format",
     "encoder_from_keras_hub",
     "encoder_to_keras_hub",
@@ -37,7 +31,6 @@ __all__ = [
     "keras_hub_bert_presets",
     "load_pretrained",
     "resolve_checkpoint",
-    "resolve_encoder",
     "save_pretrained",
     "tokenizer_from_keras_hub",
     "tokenizer_to_keras_hub",

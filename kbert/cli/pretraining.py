@@ -221,7 +221,7 @@ def _pretrain(args):
         document_boundary=args.document_boundary, seed=args.seed, lowercase=lowercase,
     )
     sequence_length = data.element_spec[0]["token_ids"].shape[1]
-    _say_how_often_examples_repeat(data.kbert_num_examples, args.steps_per_epoch, args.batch_size)
+    _say_how_often_examples_repeat(data.num_examples, args.steps_per_epoch, args.batch_size)
     keras.utils.set_random_seed(args.seed)
     overrides = {name: getattr(args, name) for name in ("embedding_size", "num_groups", "attention_dropout")
                  if getattr(args, name) is not None}
@@ -229,7 +229,7 @@ def _pretrain(args):
         args.preset, vocabulary_size=len(vocabulary),
         max_sequence_length=max(512, sequence_length), **overrides,
     )
-    pretrainer = kbert.Pretrainer(encoder, objective=data.kbert_objective)
+    pretrainer = kbert.Pretrainer(encoder, objective=data.objective)
     pretrainer.compile(learning_rate=args.learning_rate,
                        gradient_accumulation_steps=args.gradient_accumulation_steps)
     # No `.repeat()` for --steps-per-epoch: `Pretrainer.fit` streams the passes

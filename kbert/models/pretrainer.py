@@ -309,8 +309,8 @@ class Pretrainer(
         unknown = targets - outputs
         missing = {name for name in outputs - targets if losses.get(name) is not None}
         if unknown or missing:
-            made_for = getattr(x, "kbert_objective", None)
-            data = f"made for objective={made_for!r}, " if made_for is not None else ""
+            pretraining_data = _pretraining_data(x)
+            data = f"made for objective={pretraining_data.objective!r}, " if pretraining_data is not None else ""
             raise ValueError(
                 f"The data ({data}targets {sorted(targets)}) does not fit this Pretrainer "
                 f"(objective={self.objective!r}, outputs {sorted(outputs)}): make the data with "
@@ -391,7 +391,7 @@ def _batch_stream(x, batch_size):
 
     `stream(start)` is the dataset's endless sequence of batches from batch
     `start` on; `batches_per_pass` is `None` when the length is unknown. A
-    `kbert.pretraining_dataset`, or the same `.repeat()`-ed, has a stream
+    `kbert.PretrainingData`, or the same `.repeat()`-ed, has a stream
     that numbers its passes in the graph and jumps to any batch; another
     dataset is repeated and read up to `start`, so every pass after the
     first is read as a new iteration of the dataset, just as an
@@ -399,17 +399,11 @@ def _batch_stream(x, batch_size):
     """
     if not is_tf_dataset(x):
         return None, None
-    import tensorflow as tf
-
-    kbert_dataset = x
-    if getattr(x, "kbert_stream", None) is None and int(x.cardinality()) == tf.data.INFINITE_CARDINALITY:
-        # `.repeat()` makes a new dataset, without the attributes: look below it.
-        kbert_dataset = getattr(x, "_input_dataset", None)
-    kbert_stream = getattr(kbert_dataset, "kbert_stream", None)
-    if kbert_stream is not None:
-        passes = known_steps(kbert_dataset, batch_size)
+    pretraining_data = _pretraining_data(x)
+    if pretraining_data is not None and pretraining_data.stream is not None:
+        passes = known_steps(pretraining_data, batch_size)
         if passes is not None:
-            return kbert_stream, passes
+            return pretraining_data.stream, passes
     batches_per_pass = known_steps(x, batch_size)
 
     def stream(start=0):
@@ -418,3 +412,18 @@ def _batch_stream(x, batch_size):
         return x.repeat().skip(int(start))
 
     return stream, batches_per_pass
+
+
+def _pretraining_data(x):
+    """The `kbert.PretrainingData` that `x` is, or that `x` repeats; None for other data."""
+    if not is_tf_dataset(x):
+        return None
+    import tensorflow as tf
+
+    # Imported here: a `tf.data.Dataset` means TensorFlow is installed, which models need not be.
+    from kbert.data.pretraining_data import PretrainingData
+
+    if not isinstance(x, PretrainingData) and int(x.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        # `.repeat()` makes a plain dataset: look below it.
+        x = getattr(x, "_input_dataset", None)
+    return x if isinstance(x, PretrainingData) else None

@@ -9,7 +9,7 @@ import pytest
 
 import kbert
 from kbert.data import DataFormatError
-from kbert.data import pretraining
+from kbert.data import prepared_pairs
 from kbert.data.pretraining import EpochCounter, prepare_pretraining_data, pretraining_dataset
 from tests.preprocessing.conftest import assert_packed, bert_vocabulary_path
 from tests.test_case import folder_state
@@ -321,7 +321,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, corpus, vocabulary, monk
         written.append(label)
         return b""
 
-    monkeypatch.setattr(pretraining, "_pair_example", failing_example)
+    monkeypatch.setattr(prepared_pairs, "_pair_example", failing_example)
     with pytest.raises(OSError, match="disk full"):
         prepare(corpus, vocabulary, tmp_path / "out", examples_per_shard=2)
     assert len(written) == 5
@@ -443,18 +443,18 @@ def test_a_one_file_corpus_warns_that_nsp_gets_no_not_next_pairs(tmp_path, vocab
 def test_progress_rewrites_one_line_on_a_terminal_and_appends_lines_elsewhere(monkeypatch):
     import io
 
-    from kbert.data import pretraining
+    from kbert.data import corpus_progress
 
     class Terminal(io.StringIO):
         def isatty(self):
             return True
 
-    monkeypatch.setattr(pretraining, "_TERMINAL_INTERVAL", 0.0)
-    monkeypatch.setattr(pretraining, "_PLAIN_INTERVAL", 0.0)
+    monkeypatch.setattr(corpus_progress, "_TERMINAL_INTERVAL", 0.0)
+    monkeypatch.setattr(corpus_progress, "_PLAIN_INTERVAL", 0.0)
     outputs = {}
     for name, stream in (("terminal", Terminal()), ("file", io.StringIO())):
         count = 0
-        progress = pretraining._Progress(lambda: f"pairs {count:,}" + " done" * (count == 1000), stream=stream)
+        progress = corpus_progress.Progress(lambda: f"pairs {count:,}" + " done" * (count == 1000), stream=stream)
         for count in (1, 10, 1000):
             progress.show()
         progress.finish()
@@ -467,7 +467,7 @@ def test_progress_rewrites_one_line_on_a_terminal_and_appends_lines_elsewhere(mo
                                         "pairs 1,000 done (0 s)\n"]
     # Quiet: nothing at all.
     quiet = io.StringIO()
-    pretraining._Progress(lambda: "x", verbose=False, stream=quiet).finish()
+    corpus_progress.Progress(lambda: "x", verbose=False, stream=quiet).finish()
     assert quiet.getvalue() == ""
 
 

@@ -1,0 +1,268 @@
+"""Prepared pretraining data: a corpus' segment pairs written once as sharded TFRecords, and read back.
+
+`prepare_pretraining_data` (`kbert prepare-pretraining`) writes a folder of
+shards, `vocab.txt` and `metadata.json`; `PreparedPairs` reads it for
+`pretraining_dataset`, for corpora too large to tokenize again every epoch.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+
+from kbert.atomic_files import contains_path, make_folder_beside
+from kbert.data.corpus_progress import Progress, end_pass, reading_line
+from kbert.data.documents import corpus_files
+from kbert.data.pretraining_settings import PretrainingSettings
+from kbert.data.text_pairs import TextPairs
+from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
+
+METADATA_FILE = "metadata.json"
+VOCABULARY_FILE = "vocab.txt"
+FORMAT = "kbert-pretraining-pairs/1"
+_SHARD_NAME = re.compile(r"pairs-[0-9]{5,}\.tfrecord")
+
+
+def prepared_folder(corpus):
+    """The folder of `prepare_pretraining_data` that `corpus` names (alone or as a list of one), or `None`."""
+    if isinstance(corpus, (list, tuple)) and len(corpus) == 1:
+        corpus = corpus[0]
+    if isinstance(corpus, (str, os.PathLike)) and (Path(corpus) / METADATA_FILE).is_file():
+        return corpus
+    return None
+
+
+def prepared_objective(metadata):
+    """The pair objective a prepared folder was written for (older folders say `next_sentence`)."""
+    return metadata.get("objective", "nsp" if metadata["next_sentence"] else "none")
+
+
+def read_metadata(folder):
+    """The `metadata.json` of a prepared folder, checked to be kbert's."""
+    path = Path(folder) / METADATA_FILE
+    metadata = json.loads(path.read_text())
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        found = metadata.get("format") if isinstance(metadata, dict) else None
+        raise ValueError(f"{path} is not kbert pretraining data (format {found!r}).")
+    # Shards are read from the folder itself, never from a path named in the file.
+    bad = [name for name in metadata.get("shards", ()) if not (isinstance(name, str) and _SHARD_NAME.fullmatch(name))]
+    if bad:
+        raise ValueError(f"{path}: the shard {bad[0]!r} is not a shard file name of the folder "
+                         "(pairs-NNNNN.tfrecord).")
+    return metadata
+
+
+def shard_sizes(folder):
+    """The number of segment pairs in each shard of a prepared folder, in the metadata's order."""
+    metadata = read_metadata(folder)
+    if "shard_sizes" in metadata:
+        return list(metadata["shard_sizes"])
+    # Folders written before the sizes were recorded: count the records.
+    return [sum(1 for _ in tf.data.TFRecordDataset(str(Path(folder) / name))) for name in metadata["shards"]]
+
+
+class PreparedPairs:
+    """The segment pairs of a prepared folder, read with the settings asked for.
+
+    A vocabulary, tokenizer, `sequence_length` or objective other than the
+    folder's is an error; `settings` takes the folder's length and objective.
+    """
+
+    def __init__(self, folder, settings, vocabulary=None, tokenizer=None):
+        metadata = read_metadata(folder)
+        prepared_vocabulary = read_vocabulary(str(Path(folder) / VOCABULARY_FILE))
+        if vocabulary is not None and read_vocabulary(vocabulary) != prepared_vocabulary:
+            raise ValueError(f"`vocabulary` differs from the one {folder} was prepared with.")
+        if tokenizer is not None and tokenizer.get_vocabulary() != prepared_vocabulary:
+            raise ValueError(f"The tokenizer's vocabulary differs from the one {folder} was prepared with.")
+        if settings.sequence_length is not None and settings.sequence_length != metadata["sequence_length"]:
+            raise ValueError(
+                f"{folder} was prepared with sequence_length={metadata['sequence_length']!r}; "
+                f"got sequence_length={settings.sequence_length!r}."
+            )
+        objective, requested = prepared_objective(metadata), settings.requested_objective
+        if requested is not None and requested != objective:
+            asked = f"objective={requested!r}" + (
+                f" (next_sentence={settings.next_sentence!r})" if settings.next_sentence is not None else ""
+            )
+            raise ValueError(
+                f"{folder} was prepared for objective={objective!r}; got {asked}. Prepare the "
+                f"corpus again with objective={requested!r}, or train with objective={objective!r}."
+            )
+        self.settings = dataclasses.replace(settings, sequence_length=metadata["sequence_length"],
+                                            objective=objective, next_sentence=None)
+        self.tokenizer = Tokenizer(prepared_vocabulary, lowercase=metadata["lowercase"],
+                                   special_tokens_in_strings=False)
+        self.shards = [str(Path(folder) / name) for name in metadata["shards"]]
+        self.num_examples = metadata["num_examples"]
+
+    def count_examples(self, verbose=False):
+        """The pairs of one pass, as the folder records them."""
+        return self.num_examples
+
+    def dataset(self, worker=0, workers=1):
+        """One pass of the pairs as `tf.data`; several workers split the shards by file."""
+        return tf.data.TFRecordDataset(self.shards[worker::workers]).map(_parse_pair)
+
+
+def _parse_pair(record):
+    features = tf.io.parse_single_example(
+        record,
+        {
+            "segment_a": tf.io.RaggedFeature(tf.int64),
+            "segment_b": tf.io.RaggedFeature(tf.int64),
+            "next_sentence_label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
+    return (
+        tf.cast(features["segment_a"], tf.int32),
+        tf.cast(features["segment_b"], tf.int32),
+        tf.cast(features["next_sentence_label"], tf.int32),
+    )
+
+
+def _pair_example(segment_a, segment_b, label):
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "segment_a": ints(segment_a),
+                "segment_b": ints(segment_b),
+                "next_sentence_label": ints([label]),
+            }
+        )
+    ).SerializeToString()
+
+
+def prepare_pretraining_data(
+    corpus,
+    output_dir,
+    vocabulary,
+    sequence_length=128,
+    next_sentence=None,
+    next_sentence_rate=0.5,
+    short_sequence_rate=0.1,
+    document_boundary="file",
+    document_buffer=100,
+    seed=0,
+    lowercase=True,
+    examples_per_shard=100_000,
+    overwrite=False,
+    verbose=True,
+    objective=None,
+    sentence_order_rate=0.5,
+):
+    """Writes the corpus' segment pairs once, as sharded TFRecords.
+
+    `pretraining_dataset(output_dir, seed=seed)` then reads them and gives
+    exactly the examples `pretraining_dataset(corpus, seed=seed)` gives,
+    without tokenizing the text again. Masking stays dynamic: the records
+    hold the unmasked pairs. The folder holds the shards, `vocab.txt` and
+    `metadata.json` (settings, the pair `objective`, example count, what was
+    skipped); `pretraining_dataset` refuses to read it for another objective.
+    Masking options (`mask_rate`, `max_ngram`, ...) are the reader's. It is
+    written aside and renamed into place when complete, so a reader never
+    sees half of it.
+
+    With `verbose`, the files, documents, pairs and shards done so far are
+    shown on stderr while it runs (a line rewritten in place on a terminal;
+    elsewhere a plain line every 10 s and at each completed shard), then a
+    summary of what was read and skipped.
+
+    Returns:
+        The metadata dict.
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        _check_replaceable(output_dir, corpus, vocabulary, overwrite)
+    if int(examples_per_shard) < 1:
+        raise ValueError(f"`examples_per_shard` must be at least 1, got {examples_per_shard}.")
+    settings = PretrainingSettings(
+        sequence_length=sequence_length, next_sentence=next_sentence, objective=objective,
+        next_sentence_rate=next_sentence_rate, sentence_order_rate=sentence_order_rate,
+        short_sequence_rate=short_sequence_rate, document_boundary=document_boundary,
+        document_buffer=document_buffer, seed=seed, lowercase=lowercase,
+    )
+    tokenizer = Tokenizer(vocabulary, lowercase=lowercase, special_tokens_in_strings=False)
+    source = TextPairs(corpus, tokenizer, settings)
+    objective = source.builder.objective
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Not `tempfile.mkdtemp`: its 0700 would hide the published corpus from other users.
+    staging = Path(make_folder_beside(output_dir))
+    shards, writer, count = [], None, 0
+    progress = Progress(lambda: reading_line(source, count, len(shards)), verbose)
+    try:
+        for segment_a, segment_b, label in source():
+            if count % examples_per_shard == 0:
+                if writer:
+                    writer.close()
+                    progress.show(force=True)  # a shard is complete
+                shards.append(f"pairs-{len(shards):05d}.tfrecord")
+                writer = tf.io.TFRecordWriter(str(staging / shards[-1]))
+            writer.write(_pair_example(segment_a, segment_b, label))
+            count += 1
+            progress.show()
+        if writer:
+            writer.close()
+        end_pass(progress, source, count)
+        metadata = {
+            "format": FORMAT,
+            "num_examples": count,
+            "shards": shards,
+            "shard_sizes": [min(int(examples_per_shard), count - i * int(examples_per_shard))
+                            for i in range(len(shards))],
+            "sequence_length": int(sequence_length),
+            "objective": objective,
+            "next_sentence": objective == "nsp",
+            "next_sentence_rate": float(next_sentence_rate),
+            "sentence_order_rate": float(sentence_order_rate),
+            "short_sequence_rate": float(short_sequence_rate),
+            "document_boundary": document_boundary,
+            "seed": int(seed),
+            "lowercase": bool(lowercase),
+            "corpus": source.files,
+            "summary": source.summary(),
+        }
+        (staging / VOCABULARY_FILE).write_text("\n".join(tokenizer.get_vocabulary()) + "\n")
+        (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        # The old folder goes aside first and only then is deleted: a crash
+        # between the renames leaves it whole.
+        earlier = None
+        if output_dir.exists():
+            earlier = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            os.replace(output_dir, earlier / output_dir.name)
+        os.replace(staging, output_dir)
+        if earlier is not None:
+            shutil.rmtree(earlier)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return metadata
+
+
+def _check_replaceable(output_dir, corpus, vocabulary, overwrite):
+    """Raises unless `overwrite` may replace `output_dir`: a prepared folder that holds none of the inputs."""
+    if not overwrite:
+        raise FileExistsError(f"{output_dir} exists; pass overwrite=True to replace it.")
+    if not output_dir.is_dir():
+        raise NotADirectoryError(f"{output_dir} is a file, not a folder of prepared pretraining data.")
+    try:
+        read_metadata(output_dir)
+    except (OSError, ValueError):
+        raise ValueError(f"{output_dir} is not a folder of kbert pretraining data (no metadata.json of "
+                         "kbert's), so it is not replaced; choose another output folder.") from None
+    patterns = [os.fspath(p) for p in ([corpus] if isinstance(corpus, (str, os.PathLike)) else corpus)]
+    inputs = patterns + corpus_files(patterns)
+    if isinstance(vocabulary, (str, os.PathLike)):
+        inputs.append(os.fspath(vocabulary))
+    for path in inputs:
+        if contains_path(output_dir, path) or contains_path(path, output_dir):
+            raise ValueError(f"{output_dir} overlaps {path}, an input of this preparation (one is, or holds, "
+                             "the other); choose another output folder.")
