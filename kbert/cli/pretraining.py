@@ -276,26 +276,12 @@ def _prepare_pretraining(args):
 
 
 def _fill_mask(args):
-    from pathlib import Path
-
     import kbert
+    from kbert.checkpoints.encoder_argument import resolve_encoder
 
-    model_path, vocabulary = Path(args.model), args.vocabulary
-    if not model_path.exists() or (model_path.is_dir() and not (model_path / "pretrainer.keras").exists()):
-        # A published checkpoint with its masked-LM head (folder or known name).
-        model, tokenizer = kbert.load_pretrained(args.model, heads=True)
-        _print_fills(kbert.fill_mask(model, tokenizer=tokenizer, top_k=args.top_k), args.texts)
-        return
-    if model_path.is_dir():
-        vocabulary = vocabulary or str(model_path / "vocab.txt")
-        model_path = model_path / "pretrainer.keras"
-    if vocabulary is None:
-        raise ValueError("Pass --vocabulary (the model file's folder has no vocab.txt).")
-    if not model_path.exists():
-        raise FileNotFoundError(f"No model at {model_path}.")
-    fill = kbert.fill_mask(kbert.load_model(str(model_path)), vocabulary=vocabulary,
-                           top_k=args.top_k, lowercase=not args.cased)
-    _print_fills(fill, args.texts)
+    model, tokenizer = resolve_encoder(args.model, args.vocabulary, lowercase=not args.cased, heads=True,
+                                       require_tokenizer=True)
+    _print_fills(kbert.fill_mask(model, tokenizer=tokenizer, top_k=args.top_k), args.texts)
 
 
 def _print_fills(fill, texts):
