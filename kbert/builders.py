@@ -5,97 +5,41 @@
 an entry point here.
 """
 
-from kbert.checkpoints.loading import UnknownCheckpointError, load_pretrained, resolve_checkpoint
+from kbert.checkpoints.encoder_argument import resolve_encoder
 from kbert.models.classifier import Classifier
 from kbert.models.embedder import Embedder
-from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
 from kbert.models.question_answerer import QuestionAnswerer
 from kbert.models.tagger import Tagger
 from kbert.preprocessing.preprocessor import Preprocessor
-from kbert.preprocessing.tokenizers import tokenizer_from_vocabulary
-from kbert.presets import PRESETS
 
 
 def build_encoder_and_preprocessor(
     encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout=None
 ):
-    """Resolves `encoder` (preset name, checkpoint, `Encoder` or keras-hub `BertBackbone` / `AlbertBackbone`) and its preprocessor.
+    """Resolves `encoder` (any form `kbert.checkpoints.resolve_encoder` takes) and its preprocessor.
 
-    A name that is not a preset is a pretrained checkpoint (a folder or a name
-    `kbert.load_pretrained` knows: Hugging Face and keras-hub names too): it
-    brings its own vocabulary and casing. A keras-hub (or keras-nlp)
-    `BertBackbone` or `AlbertBackbone` becomes a `kbert.Encoder` with its weights.
-    `dropout`, the task head's rate, is also the rate inside an encoder built
-    here, unless `encoder_kwargs` sets its own (BERT uses one rate throughout).
+    A preset name is a fresh encoder of `vocabulary`'s tokens; a checkpoint
+    (a folder or a name `kbert.load_pretrained` knows: Hugging Face and
+    keras-hub names too) brings its own vocabulary and casing; a keras-hub
+    (or keras-nlp) `BertBackbone` or `AlbertBackbone` becomes a
+    `kbert.Encoder` with its weights. `dropout`, the task head's rate, is
+    also the rate inside an encoder named by a string (preset, checkpoint,
+    `.keras` file), unless `encoder_kwargs` sets its own (BERT uses one rate
+    throughout).
     """
     encoder_kwargs = dict(encoder_kwargs)
     if dropout is not None and isinstance(encoder, str):
         encoder_kwargs.setdefault("dropout", dropout)
-    if _is_keras_hub_backbone(encoder):
-        encoder = Encoder.from_keras_hub(encoder)
-    if isinstance(encoder, str) and encoder not in PRESETS:
-        # Found (or downloaded) first, so that a mistyped preset fails as one.
-        try:
-            checkpoint = resolve_checkpoint(encoder)
-        except UnknownCheckpointError as error:
-            raise ValueError(
-                f"Unknown preset {encoder!r}: the presets are {list(PRESETS)}; and {error}"
-            ) from None
+    if preprocessor is not None:
         if vocabulary is not None:
-            raise ValueError(
-                f"The checkpoint {encoder!r} brings its own vocabulary; do not give `vocabulary`."
-            )
-        dropout = encoder_kwargs.pop("dropout", None)
-        attention_dropout = encoder_kwargs.pop("attention_dropout", None)
-        if encoder_kwargs:
-            raise ValueError(
-                f"A pretrained checkpoint's shape is fixed; {sorted(encoder_kwargs)} cannot change it."
-            )
-        encoder, tokenizer = load_pretrained(checkpoint, dropout=dropout, dtype=dtype,
-                                             attention_dropout=attention_dropout)
-        dtype = None
-        if preprocessor is None:
-            if sequence_length > encoder.max_sequence_length:
-                raise ValueError(
-                    f"`sequence_length` {sequence_length} exceeds the checkpoint's "
-                    f"{encoder.max_sequence_length} positions."
-                )
-            preprocessor = Preprocessor(tokenizer, sequence_length=sequence_length)
+            raise ValueError("Give either a `vocabulary` or a `preprocessor`, not both.")
+        vocabulary, sequence_length = preprocessor.tokenizer, preprocessor.sequence_length
+    encoder, tokenizer = resolve_encoder(encoder, vocabulary, lowercase, require_tokenizer=True,
+                                         sequence_length=sequence_length, dtype=dtype, **encoder_kwargs)
     if preprocessor is None:
-        if vocabulary is None:
-            raise ValueError(
-                "Give a `vocabulary` (a list of tokens or a vocab.txt path, e.g. from "
-                "kbert.learn_vocabulary; or a SentencePiece spiece.model) or a `preprocessor`."
-            )
-        tokenizer = tokenizer_from_vocabulary(vocabulary, lowercase=lowercase)
         preprocessor = Preprocessor(tokenizer, sequence_length=sequence_length)
-    elif vocabulary is not None:
-        raise ValueError("Give either a `vocabulary` or a `preprocessor`, not both.")
-    if isinstance(encoder, str):
-        encoder = Encoder.from_preset(
-            encoder,
-            vocabulary_size=preprocessor.tokenizer.vocabulary_size(),
-            max_sequence_length=max(512, preprocessor.sequence_length),
-            dtype=dtype,
-            **encoder_kwargs,
-        )
-    elif not isinstance(encoder, Encoder):
-        raise TypeError(
-            f"`encoder` must be a preset name, a checkpoint, a kbert.Encoder or a keras-hub "
-            f"BertBackbone or AlbertBackbone, got {type(encoder).__name__}."
-        )
-    elif encoder_kwargs or dtype is not None:
-        raise ValueError(
-            "Encoder arguments (dtype, dropout, ...) apply to presets; this encoder is built already."
-        )
     return encoder, preprocessor
-
-
-def _is_keras_hub_backbone(encoder):
-    import keras_hub
-
-    return isinstance(encoder, (keras_hub.models.BertBackbone, keras_hub.models.AlbertBackbone))
 
 
 def classifier(
@@ -116,7 +60,9 @@ def classifier(
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
             freshly initialised, a pretrained checkpoint (folder or name, e.g.
             `"bert-base-uncased"`, see `kbert.load_pretrained`), a
-            `kbert.Encoder`, or a keras-hub `BertBackbone` or `AlbertBackbone`.
+            `kbert.Encoder`, a keras-hub `BertBackbone` or `AlbertBackbone`,
+            or a `.keras` file or `kbert pretrain` run folder (every form:
+            `kbert.checkpoints.resolve_encoder`).
         num_classes: number of classes.
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
             a SentencePiece model (`spiece.model` path) or a ready tokenizer.

@@ -45,8 +45,10 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
         out: the run folder to write.
         student: a preset name (e.g. `"mini"`), `"layers:0,2,4"` for a copy
             of the teacher's layers 0, 2 and 4 (DistilBERT's
-            initialisation), a `.keras` file of an encoder (or of a model
-            that has one), or a `kbert.Encoder`.
+            initialisation), or any encoder that
+            `kbert.checkpoints.resolve_encoder` takes: a `.keras` file of an
+            encoder (or of a model that has one), a `kbert.Encoder`, a
+            checkpoint.
         unlabeled: texts for the transfer set (a list, or a text file with
             one text per line).
         transfer_examples: training examples outside the labelled subset
@@ -181,16 +183,17 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
 
 
 def student_encoder(student, teacher, seed=0):
-    """The student `kbert.Encoder` that `student` names (see `distill_task`)."""
+    """The student `kbert.Encoder` that `student` names (see `distill_task`).
+
+    `"layers:0,2,4"` is a copy of the teacher's layers; any other form is
+    resolved by `kbert.checkpoints.resolve_encoder`, a preset embedding the
+    teacher's vocabulary.
+    """
     import keras
 
-    import kbert
-    from kbert.presets import PRESETS
+    from kbert.checkpoints.encoder_argument import UnknownEncoderError, resolve_encoder
 
-    if isinstance(student, kbert.Encoder):
-        return student
-    student = str(student)
-    if student.startswith(STUDENT_LAYERS_PREFIX):
+    if isinstance(student, str) and student.startswith(STUDENT_LAYERS_PREFIX):
         text = student[len(STUDENT_LAYERS_PREFIX):]
         try:
             layers = [int(part) for part in text.split(",")]
@@ -198,17 +201,13 @@ def student_encoder(student, teacher, seed=0):
             raise ValueError(f"{student!r}: give the teacher's layers as numbers, e.g. "
                              f"'{STUDENT_LAYERS_PREFIX}0,2,4'.") from None
         return teacher.encoder.truncated(layers)
-    if student in PRESETS:
-        keras.utils.set_random_seed(seed)
-        return kbert.Encoder.from_preset(student, vocabulary_size=teacher.encoder.vocabulary_size)
-    if student.endswith(".keras"):
-        model = kbert.load_model(student)
-        encoder = getattr(model, "encoder", model)
-        if not isinstance(encoder, kbert.Encoder):
-            raise ValueError(f"{student} holds a {type(model).__name__}, not a kbert encoder.")
-        return encoder
-    raise ValueError(f"Unknown student {student!r}: give a preset ({', '.join(PRESETS)}), "
-                     f"'{STUDENT_LAYERS_PREFIX}0,2,4' or a .keras file.")
+    keras.utils.set_random_seed(seed)  # a preset's initial weights
+    try:
+        encoder, _ = resolve_encoder(student, vocabulary_size=teacher.encoder.vocabulary_size, role="student")
+    except UnknownEncoderError as error:
+        raise UnknownEncoderError(f"{error} Or '{STUDENT_LAYERS_PREFIX}0,2,4', a copy of the teacher's "
+                                  "layers 0, 2 and 4.") from None
+    return encoder
 
 
 def read_text_lines(files):

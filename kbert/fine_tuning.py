@@ -174,10 +174,7 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
     if info.builder == "tagger":
         arguments["labels"] = list(kbert.data.CONLL2003_LABELS)
     if attention_dropout is not None:
-        if isinstance(encoder, kbert.Encoder):
-            encoder = with_attention_dropout(encoder, attention_dropout)
-        else:
-            arguments["attention_dropout"] = attention_dropout
+        arguments["attention_dropout"] = attention_dropout
     model = TASK_BUILDERS[info.builder](
         encoder, vocabulary=vocabulary, sequence_length=sequence_length, lowercase=lowercase,
         **arguments
@@ -185,15 +182,6 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
     if learning_rate is not None:
         model.compile(learning_rate=learning_rate)
     return model
-
-
-def with_attention_dropout(encoder, rate):
-    """A copy of `encoder` (the same config and weights) whose attention probabilities drop out at `rate`."""
-    config = dict(encoder.get_config(), attention_dropout=rate)
-    del config["name"]
-    copy = type(encoder).from_config(config)
-    copy.set_weights(encoder.get_weights())
-    return copy
 
 
 def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, source="local"):
@@ -209,37 +197,15 @@ def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, s
     return {**result, **report}
 
 
-def resolve_encoder(encoder, vocabulary=None):
-    """`(encoder, vocabulary)` for `kbert train --encoder`.
-
-    `encoder` is a preset name (with `vocabulary`, or the bert-base-uncased
-    vocabulary by default), a published checkpoint (folder or name, with its
-    own vocabulary), a `kbert pretrain` run folder (its `pretrainer.keras` and
-    `vocab.txt`) or a `.keras` file of a `Pretrainer` or `Encoder` (with
-    `vocabulary`).
-    """
-    import kbert
+def _vocabulary_or_default(encoder, vocabulary):
+    """`vocabulary`; for a preset given none, the bert-base-uncased vocabulary that `kbert train` assumes."""
     from kbert.presets import PRESETS
 
-    if encoder in PRESETS:
-        if vocabulary is None:
-            _, tokenizer = kbert.load_pretrained(DEFAULT_VOCABULARY_CHECKPOINT)
-            vocabulary = tokenizer
-        return encoder, vocabulary
-    if os.path.isdir(encoder) and os.path.exists(os.path.join(encoder, "pretrainer.keras")):
-        vocabulary = vocabulary or os.path.join(encoder, "vocab.txt")
-        encoder = os.path.join(encoder, "pretrainer.keras")
-    if str(encoder).endswith(".keras"):
-        if vocabulary is None:
-            raise ValueError(f"Give the vocabulary {encoder} was trained with (--vocabulary).")
-        model = kbert.load_model(encoder)
-        model = getattr(model, "encoder", model)
-        if not isinstance(model, kbert.Encoder):
-            raise ValueError(f"{encoder} holds a {type(model).__name__}, not a kbert encoder.")
-        return model, vocabulary
-    if vocabulary is not None:
-        raise ValueError(f"The checkpoint {encoder!r} brings its own vocabulary; drop --vocabulary.")
-    return encoder, None  # a checkpoint: the task builders load it
+    if vocabulary is None and isinstance(encoder, str) and encoder in PRESETS:
+        from kbert.checkpoints import load_pretrained
+
+        _, vocabulary = load_pretrained(DEFAULT_VOCABULARY_CHECKPOINT)
+    return vocabulary
 
 
 # The validation texts whose vectors `fine_tune` writes for the Projector (the first ones).
@@ -311,6 +277,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
 
     import kbert
     from kbert.atomic_files import json_text, write_text
+    from kbert.checkpoints.encoder_argument import pretraining_run_files
     from kbert.command_outputs import clean_run_folder
     from kbert.distribute import is_chief
 
@@ -325,8 +292,9 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
                 "max_eval_examples": max_eval_examples, "eval_split": info.eval_split, "seed": seed,
                 "source": source}
     keras.utils.set_random_seed(seed)
-    encoder, vocabulary = resolve_encoder(encoder, vocabulary)
-    if not lowercase and not isinstance(vocabulary, (str, os.PathLike, list, tuple)):
+    vocabulary = _vocabulary_or_default(encoder, vocabulary)
+    file_vocabulary = isinstance(vocabulary, (str, os.PathLike, list, tuple)) or pretraining_run_files(encoder)
+    if not (lowercase or file_vocabulary):
         raise ValueError(f"--cased applies to a vocabulary file (--vocabulary, or a pretraining run's "
                          f"vocab.txt); {settings['encoder']!r} comes with a vocabulary whose casing is "
                          "fixed: give --vocabulary, or drop --cased.")

@@ -1,6 +1,11 @@
-"""Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions."""
+"""Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions.
+
+`resolve_encoder` says what any `encoder` argument names (a preset, a checkpoint, a `.keras` file, an encoder or
+a keras-hub backbone) and returns it as an encoder and its tokenizer.
+"""
 
 from kbert.checkpoints.checkpoint_files import CheckpointError
+from kbert.checkpoints.encoder_argument import UnknownEncoderError, resolve_encoder
 from kbert.checkpoints.keras_hub_models import (
     encoder_from_keras_hub,
     encoder_to_keras_hub,
@@ -24,6 +29,7 @@ __all__ = [
     "HUB_FILES",
     "KNOWN_CHECKPOINTS",
     "UnknownCheckpointError",
+    "UnknownEncoderError",
     "checkpoint_format",
     "encoder_from_keras_hub",
     "encoder_to_keras_hub",
@@ -31,6 +37,7 @@ __all__ = [
     "keras_hub_bert_presets",
     "load_pretrained",
     "resolve_checkpoint",
+    "resolve_encoder",
     "save_pretrained",
     "tokenizer_from_keras_hub",
     "tokenizer_to_keras_hub",

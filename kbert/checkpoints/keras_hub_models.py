@@ -17,6 +17,7 @@ import os
 
 from kbert.checkpoints.checkpoint_files import CheckpointError, positive_int, rate, read_json, shown_value
 from kbert.models.encoder import Encoder
+from kbert.models.keras_hub_encoders import backbone_from_encoder, encoder_from_backbone
 
 BACKBONE_CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer.json"
@@ -104,7 +105,8 @@ def encoder_from_keras_hub(backbone, dropout=None, dtype=None, attention_dropout
 
     The same as `kbert.Encoder.from_keras_hub` (see there).
     """
-    return Encoder.from_keras_hub(backbone, dropout=dropout, dtype=dtype, attention_dropout=attention_dropout)
+    return encoder_from_backbone(Encoder, backbone, dropout=dropout, dtype=dtype,
+                                 attention_dropout=attention_dropout)
 
 
 def encoder_to_keras_hub(encoder):
@@ -114,7 +116,7 @@ def encoder_to_keras_hub(encoder):
     """
     if not isinstance(encoder, Encoder):
         raise TypeError(f"Expected a kbert.Encoder, got {type(encoder).__name__}.")
-    return encoder.to_keras_hub()
+    return backbone_from_encoder(encoder)
 
 
 def tokenizer_from_keras_hub(tokenizer):

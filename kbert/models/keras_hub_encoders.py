@@ -12,8 +12,11 @@ The two compute one thing differently: keras-hub's `BertBackbone` uses GELU's
 tanh approximation, kbert the exact GELU of BERT's reference code. With the
 same weights their outputs differ by about 1e-5 to 1e-4.
 
-`kbert.Encoder.from_keras_hub` and `to_keras_hub` call these; the tokenizers'
-conversions are in `kbert.checkpoints.keras_hub_models`.
+`kbert.Encoder.from_keras_hub` and `to_keras_hub`, and
+`kbert.checkpoints.encoder_from_keras_hub` and `encoder_to_keras_hub`, call
+these; the tokenizers' conversions are in `kbert.checkpoints.keras_hub_models`.
+The encoder's methods are why this module stays beside it: `kbert.models`
+imports nothing of `kbert.checkpoints`, which imports it.
 """
 
 import re
