@@ -190,7 +190,7 @@ class AttentionMapLogger(TrainingStepCallback):
         self._writers.close()
 
     def _tokenizer(self, model):
-        from kbert.preprocessing.tokenizers import tokenizer_from_vocabulary
+        from kbert.preprocessing.tokenizer_choice import tokenizer_from_vocabulary
 
         if self.vocabulary is not None:
             self.vocabulary = tokenizer_from_vocabulary(self.vocabulary, lowercase=self.lowercase)

@@ -6,7 +6,7 @@ import tensorflow as tf
 from kbert.models.pretrainer import Pretrainer
 from kbert.preprocessing.preprocessor import Preprocessor
 from kbert.preprocessing.base_tokenizer import BaseTokenizer
-from kbert.preprocessing.tokenizers import tokenizer_from_vocabulary
+from kbert.preprocessing.tokenizer_choice import tokenizer_from_vocabulary
 
 
 class FillMask:

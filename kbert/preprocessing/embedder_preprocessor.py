@@ -2,7 +2,8 @@
 
 import keras
 
-from kbert.preprocessing.task_preprocessor import TaskPreprocessor, model_outputs, run_by_length
+from kbert.backend.tensorflow_bridge import model_outputs
+from kbert.preprocessing.task_preprocessor import TaskPreprocessor, run_by_length
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -5,10 +5,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kbert.backend.tensorflow_bridge import model_outputs
 from kbert.preprocessing.input_pipeline import padded_length
 from kbert.preprocessing.task_preprocessor import (
     TaskPreprocessor,
-    model_outputs,
     make_examples,
     probabilities,
     run_by_length,

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kbert.backend.tensorflow_bridge import model_outputs
 from kbert.preprocessing.input_pipeline import DEFAULT_BATCH_SIZE
 from kbert.preprocessing.preprocessing_layer import PreprocessingLayer
 from kbert.preprocessing.preprocessor import Preprocessor, split_segments
@@ -290,39 +291,6 @@ def run_by_length(call, inputs, output_names=None, per_token=False, rows_per_run
     restore = tf.math.invert_permutation(order)
     outputs = [tf.gather(result.concat(), restore) for result in results]
     return outputs[0] if output_names is None else dict(zip(names, outputs))
-
-
-def float32(values):
-    """A tensor, or a dict of them, cast to float32 (model outputs may be bfloat16)."""
-    return tf.nest.map_structure(lambda value: tf.cast(value, tf.float32), values)
-
-
-def model_outputs(model, inputs):
-    """`model(inputs, training=False)` as float32 TensorFlow tensors, on any Keras backend.
-
-    Preprocessing and decoding run on TensorFlow, eagerly or in a
-    `tf.function` (serving, `answer`, `tag`). On the TensorFlow backend the
-    model runs in the same graph. On JAX and PyTorch it runs as it is,
-    called from the graph through `tf.py_function` with NumPy values; the
-    outputs keep the shapes the model declares.
-
-    Args:
-        model: a functional Keras model (a kbert task model).
-        inputs: a dict of int tensors, the model's inputs.
-    """
-    if keras.config.backend() == "tensorflow":
-        return float32(model(inputs, training=False))
-    names = sorted(inputs)
-    declared = keras.tree.flatten(model.output)
-
-    def call(*values):
-        outputs = model(dict(zip(names, (value.numpy() for value in values))), training=False)
-        return [np.asarray(keras.ops.convert_to_numpy(value), "float32") for value in keras.tree.flatten(outputs)]
-
-    flat = tf.py_function(call, [inputs[name] for name in names], [tf.float32] * len(declared))
-    for value, spec in zip(flat, declared):
-        value.set_shape(spec.shape)
-    return keras.tree.pack_sequence_as(model.output, flat)
 
 
 def probabilities(logits):

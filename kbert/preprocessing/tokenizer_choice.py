@@ -14,6 +14,17 @@ def tokenizer_from_vocabulary(vocabulary, lowercase=True):
     a path ending in `.model` or `.spm`, such as ALBERT's `spiece.model`)
     gives a `kbert.SentencePieceTokenizer`; a list of tokens or a `vocab.txt`
     path gives a WordPiece `kbert.Tokenizer`.
+
+    Args:
+        vocabulary: a `kbert.Tokenizer` or `kbert.SentencePieceTokenizer`, a
+            SentencePiece model (bytes, or a `.model` or `.spm` path), or a
+            WordPiece vocabulary (a list of tokens or a `vocab.txt` path).
+        lowercase: whether a tokenizer made here lowercases its texts.
+
+    Example:
+    >>> tokenizer = tokenizer_from_vocabulary(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat"])
+    >>> type(tokenizer).__name__, tokenizer_from_vocabulary(tokenizer) is tokenizer
+    ('Tokenizer', True)
     """
     if isinstance(vocabulary, BaseTokenizer):
         return vocabulary
