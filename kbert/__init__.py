@@ -210,7 +210,12 @@ def load_model(path):
     corrupt), or whose members declare more bytes than a model holds
     (`kbert.safe_loading.LIMITS`), fails with one line naming it, before
     anything in it is read.
+
+    A file written by kbert 0.4 or earlier, whose Transformer blocks were
+    keras-hub's, is read through an upgraded copy in a temporary folder
+    (`kbert.models.block_layout_upgrade`).
     """
+    import tempfile
     import zipfile
 
     import keras
@@ -220,7 +225,8 @@ def load_model(path):
     check_keras_file(path)  # sizes bounded before Keras reads a byte
     _load()  # kbert's classes register with Keras when their modules load
     try:
-        return keras.saving.load_model(path)
+        with tempfile.TemporaryDirectory(prefix="kbert-") as folder:
+            return keras.saving.load_model(_with_current_block_layout(path, folder))
     except (zipfile.BadZipFile, EOFError) as error:
         raise ValueError(f"{path} is not a valid .keras file: {error}.") from None
     except TypeError as error:
@@ -230,6 +236,14 @@ def load_model(path):
         if refusal is None:
             raise
         raise ValueError(f"{path}: {refusal}") from None
+
+
+def _with_current_block_layout(path, folder):
+    from kbert.models.block_layout_upgrade import has_keras_hub_block_layout, upgrade_block_layout
+
+    if "://" in str(path) or not has_keras_hub_block_layout(path):
+        return path
+    return upgrade_block_layout(path, folder)
 
 
 def _first_value_error(error):
@@ -253,6 +267,8 @@ __all__ = [
     "PRESETS",
     "Preprocessor",
     "Pretrainer",
+    "PretrainingData",
+    "PretrainingSettings",
     "QuestionAnswerer",
     "QuestionAnswererPreprocessor",
     "SPECIAL_TOKENS",
@@ -267,8 +283,6 @@ __all__ = [
     "data",
     "embedder",
     "export",
-    "PretrainingData",
-    "PretrainingSettings",
     "fill_mask",
     "learn_vocabulary",
     "load_pretrained",
