@@ -37,7 +37,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from pretraining import fine_tune_sst2, split_corpus, write_results  # noqa: E402
 
-from kbert.presets import PRESETS  # noqa: E402
+from kbert.models.presets import PRESETS  # noqa: E402
 
 # The ALBERT options on top of a BERT preset's depth and width.
 ALBERT_OPTIONS = {"embedding_size": 128, "num_groups": 1, "activation": "gelu_approximate"}

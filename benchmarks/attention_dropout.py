@@ -4,7 +4,7 @@
 kernel (cuDNN's on a JAX GPU, PyTorch's scaled-dot-product attention);
 MosaicBERT and ModernBERT train so. This fine-tunes the same encoder on the
 same seeded subsets with both rates (the other dropout stays 0.1) and scores
-each task's dev split with `kbert.fine_tuning.fine_tune`, as `kbert train`
+each task's dev split with `kbert.runs.fine_tuning.fine_tune`, as `kbert train`
 does. Prints a table (each seed, the mean and the spread) and writes JSON
 row by row (default `benchmarks/results/attention_dropout.json`).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from kbert.fine_tuning import RECIPES, fine_tune  # noqa: E402
+from kbert.runs.fine_tuning import RECIPES, fine_tune  # noqa: E402
 from timing import cpu_model, write_json  # noqa: E402
 
 # Short budgets: seeded subsets of the training splits, whole dev splits.

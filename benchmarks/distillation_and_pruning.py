@@ -54,7 +54,7 @@ from albert import _BatchClock, _StopAfter  # noqa: E402
 from pretraining import CORPUS, write_results  # noqa: E402
 
 from kbert.data.paths import data_dir  # noqa: E402
-from kbert.fine_tuning import load_split  # noqa: E402
+from kbert.runs.fine_tuning import load_split  # noqa: E402
 
 TEACHER = "all-minilm-l6-v2"
 # The rows, in table order after the teacher's (`--rows`).

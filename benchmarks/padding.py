@@ -56,7 +56,7 @@ def main():
     args = parser.parse_args()
 
     import kbert
-    from kbert.fine_tuning import build_task_model, load_split, recipe, take
+    from kbert.runs.fine_tuning import build_task_model, load_split, recipe, take
     from kbert.preprocessing.input_pipeline import task_dataset
 
     _, tokenizer = kbert.load_pretrained("all-minilm-l6-v2")  # bert-base-uncased's vocabulary

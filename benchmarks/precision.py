@@ -24,8 +24,8 @@ import kbert  # noqa: E402  (before keras: it sets TensorFlow's switches)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kbert.atomic_files import write_atomically  # noqa: E402
-from kbert.fine_tuning import take  # noqa: E402
+from kbert.io.atomic_files import write_atomically  # noqa: E402
+from kbert.runs.fine_tuning import take  # noqa: E402
 
 PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 

@@ -41,7 +41,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from kbert.presets import preset_config  # noqa: E402
+from kbert.models.presets import preset_config  # noqa: E402
 from pretraining import split_corpus, write_results  # noqa: E402  (benchmarks/pretraining.py)
 
 PEER_PYTHON = Path(__file__).parent / ".peer-venv" / "bin" / "python"

@@ -89,7 +89,7 @@ def side_by_side(args):
 
     import kbert
     from kbert.checkpoints.loading import resolve_checkpoint
-    from kbert.fine_tuning import load_split, take
+    from kbert.runs.fine_tuning import load_split, take
 
     budget = PEER_QUICK if args.quick else PEER
     (train_x, train_y), (eval_x, eval_y) = (load_split("sst2", "train"), load_split("sst2", "dev"))

@@ -81,7 +81,7 @@ def worker(args):
     import tensorflow as tf
 
     import kbert
-    from kbert.distribute import is_chief, make_strategy
+    from kbert.backend.distribute import is_chief, make_strategy
 
     strategy = make_strategy(None, connect_timeout=120)
     workers = max(strategy.num_replicas_in_sync, 1)
@@ -234,7 +234,7 @@ def main():
     one, two = runs[1], runs[2]
     share = two["all_reduce_seconds"] / two["step_seconds"]
     loopback_bits = two["gradient_bytes"] * 8 / two["all_reduce_seconds"] * 1  # 2 machines: 2*(1/2)=1
-    from kbert.presets import parameter_count
+    from kbert.models.presets import parameter_count
 
     # Compute per example scales with the parameters besides the token embedding (a lookup).
     blocks = {name: parameter_count(name, 0) for name in ("mini", "base")}

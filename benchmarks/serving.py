@@ -181,7 +181,7 @@ def main():
     tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
 
     from kbert.checkpoints.loading import resolve_checkpoint
-    from kbert.fine_tuning import load_split
+    from kbert.runs.fine_tuning import load_split
 
     sentences = [str(s) for s in load_split("sst2", "dev")[0]]
     # A preset takes the bert-base-uncased vocabulary that all-MiniLM-L6-v2 ships.

@@ -181,7 +181,7 @@ def main():
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from kbert.atomic_files import write_atomically
+    from kbert.io.atomic_files import write_atomically
 
     # A whole report or the old one, never half of one.
     write_atomically(str(out), lambda path: Path(path).write_text(json.dumps(report, indent=2) + "\n"))
@@ -210,7 +210,7 @@ def cpu_name():
 def write_fine_tune_data(folder):
     """A fixed shuffled sample of SST-2 training sentences, as JSON every worker reads."""
     from kbert.checkpoints.loading import resolve_checkpoint
-    from kbert.fine_tuning import load_split, take
+    from kbert.runs.fine_tuning import load_split, take
 
     texts, labels = take(*load_split("sst2", "train"), FINE_TUNE_EXAMPLES, 0)
     path = os.path.join(folder, "sst2.json")
@@ -220,7 +220,7 @@ def write_fine_tune_data(folder):
 
 
 def make_job(path, preset, workloads, data, quick):
-    from kbert.presets import preset_config
+    from kbert.models.presets import preset_config
 
     library, precision = path.split()
     return {
@@ -275,7 +275,7 @@ def summarize(runs, peaks, presets, paths, workloads):
                 row = {"preset": preset, "workload": workload, "path": path, "rate": medians[path],
                        "unit": "examples/s" if workload == "fine_tune" else "sequences/s"}
                 if workload != "fine_tune":
-                    from kbert.presets import preset_config
+                    from kbert.models.presets import preset_config
 
                     flops = forward_flops(preset_config(preset)) * (3 if workload == "train_step" else 1)
                     row["gflops"] = medians[path] * flops / 1e9

@@ -21,31 +21,10 @@ The pipeline, in the order data takes it:
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 
-
-def _configured_backend():
-    """The Keras backend chosen for this process, or None where Keras would take its default."""
-    if os.environ.get("KERAS_BACKEND"):
-        return os.environ["KERAS_BACKEND"]
-    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
-    try:
-        with open(os.path.join(home, "keras.json")) as file:
-            return json.load(file).get("backend")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-# Keras' backend: KERAS_BACKEND or keras.json when they name one; else
-# TensorFlow, which kbert's text side runs on anyway, or JAX, then PyTorch,
-# where TensorFlow is not installed.
-def _installed(name):
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+from kbert.backend.selection import choose_backend, keep_tensorflow_off_accelerators
 
 
 def _is_the_kbert_command():
@@ -55,27 +34,8 @@ def _is_the_kbert_command():
     return os.path.basename(first) in ("kbert", "kbert.exe") or first == "-m"
 
 
-# In the environment in any case: the `kbert` command's --backend changes it
-# before Keras loads, and what kbert loads follows it.
-os.environ["KERAS_BACKEND"] = _configured_backend() or next(
-    (name for name in ("tensorflow", "jax", "torch") if _installed(name)), "tensorflow"
-)
-# TensorFlow's C++ log: warnings and errors in a program that imports kbert;
-# none in the `kbert` command. On a machine without a GPU, TensorFlow logs
-# "failed call to cuInit" (and, on some CPUs, that oneDNN runs int64 ops on
-# other kernels) as errors on every healthy run, while the errors that
-# matter reach the command as exceptions, printed in one line. A
-# TF_CPP_MIN_LOG_LEVEL the user set wins.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3" if _is_the_kbert_command() else "2")
-_TENSORFLOW_LOADED_FIRST = "tensorflow" in sys.modules
-if not _TENSORFLOW_LOADED_FIRST:
-    # TensorFlow turns its oneDNN kernels on only on CPUs with AVX-512 VNNI or
-    # AMX; on the others (AVX2 Xeons, EPYCs) they run BERT up to 1.75x faster
-    # than the default Eigen kernels (benchmarks/speed.py). The switch is read
-    # once, when TensorFlow loads, so it is set only if kbert comes first
-    # (otherwise `kbert.onednn` warns, with the fix); `TF_ENABLE_ONEDNN_OPTS=0`
-    # keeps it off.
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+# Before anything loads Keras or TensorFlow, which read these once.
+_TENSORFLOW_LOADED_FIRST = choose_backend(quiet=_is_the_kbert_command())
 
 __version__ = "0.5.0"  # the release docs/changes.rst describes last; pyproject reads it here
 
@@ -105,7 +65,7 @@ _NAMES = {
     "Pretrainer": "kbert.models.pretrainer",
     "QuestionAnswerer": "kbert.models.question_answerer",
     "Tagger": "kbert.models.tagger",
-    "WarmupLinearDecay": "kbert.optimization",
+    "WarmupLinearDecay": "kbert.models.optimization",
     "ClassifierPreprocessor": "kbert.preprocessing.classifier_preprocessor",
     "EmbedderPreprocessor": "kbert.preprocessing.embedder_preprocessor",
     "MultipleChoicePreprocessor": "kbert.preprocessing.multiple_choice_preprocessor",
@@ -116,7 +76,7 @@ _NAMES = {
     "Tokenizer": "kbert.preprocessing.tokenizer",
     "SentencePieceTokenizer": "kbert.preprocessing.sentence_piece_tokenizer",
     "learn_vocabulary": "kbert.preprocessing.vocabulary",
-    "PRESETS": "kbert.presets",
+    "PRESETS": "kbert.models.presets",
     "prune_heads": "kbert.compression.head_pruning",
     "classifier": "kbert.builders",
     "embedder": "kbert.builders",
@@ -151,28 +111,18 @@ def _load():
     global _loaded
     if not _loaded:
         _loaded = True
-        from kbert.tensorflow_support import tensorflow_installed
+        from kbert.backend.tensorflow_support import tensorflow_installed
 
         text_side = tensorflow_installed()
         if text_side and os.environ["KERAS_BACKEND"] != "tensorflow":
-            _keep_tensorflow_off_accelerators()
+            keep_tensorflow_off_accelerators()
         for module in (*(f"kbert.{name}" for name in _SUBPACKAGES), *_NAMES.values()):
             if text_side or module not in _TENSORFLOW_MODULES:
                 importlib.import_module(module)
 
 
-def _keep_tensorflow_off_accelerators():
-    """On another backend, TensorFlow only preprocesses: it must not take the GPUs' memory."""
-    import tensorflow as tf
-
-    try:
-        tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:  # TensorFlow had started on its devices already
-        pass
-
-
 def _needs_tensorflow(name, module):
-    from kbert.tensorflow_support import TensorFlowMissingError, missing_message, tensorflow_installed
+    from kbert.backend.tensorflow_support import TensorFlowMissingError, missing_message, tensorflow_installed
 
     if module in _TENSORFLOW_MODULES and not tensorflow_installed():
         raise TensorFlowMissingError(missing_message(f"kbert.{name}"))
@@ -208,7 +158,7 @@ def load_model(path):
     URL named inside it is read (a vocabulary travels in the file). A file
     that is missing, a folder, or not a whole `.keras` archive (truncated,
     corrupt), or whose members declare more bytes than a model holds
-    (`kbert.safe_loading.LIMITS`), fails with one line naming it, before
+    (`kbert.io.safe_loading.LIMITS`), fails with one line naming it, before
     anything in it is read.
 
     A file written by kbert 0.4 or earlier, whose Transformer blocks were
@@ -220,7 +170,7 @@ def load_model(path):
 
     import keras
 
-    from kbert.safe_loading import check_keras_file
+    from kbert.io.safe_loading import check_keras_file
 
     check_keras_file(path)  # sizes bounded before Keras reads a byte
     _load()  # kbert's classes register with Keras when their modules load
@@ -300,6 +250,6 @@ __all__ = [
 if not _is_the_kbert_command():
     _load()
     if _TENSORFLOW_LOADED_FIRST and os.environ["KERAS_BACKEND"] == "tensorflow":
-        from kbert.onednn import warn_if_onednn_off
+        from kbert.backend.onednn import warn_if_onednn_off
 
         warn_if_onednn_off()

@@ -161,7 +161,7 @@ def test_pretrain_reports_a_corpus_that_matches_nothing(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["pretrain", "train"])
 def test_a_worker_whose_peers_never_start_stops_with_a_clear_error(tmp_path, capsys, monkeypatch,
                                                                    command):
-    from tests.test_distribute import free_ports, tf_config
+    from tests.backend.test_distribute import free_ports, tf_config
 
     ports = free_ports(2)
     # TF_CONFIG alone makes the command a worker; worker 0 never starts.

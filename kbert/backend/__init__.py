@@ -8,7 +8,7 @@ three:
 | | TensorFlow | JAX | PyTorch |
 |---|---|---|---|
 | `transformer_block` (BERT's post-LayerNorm block) | 2-D TF ops that the grappler remapper fuses into oneDNN kernels | `keras.ops`, attention through `jax.nn.dot_product_attention` (cuDNN's fused kernel on a GPU) | `keras.ops`, attention through `scaled_dot_product_attention` |
-| `AdamW` (the base of `kbert.optimization.BertAdamW`) | TensorFlow's one-kernel Adam update | keras' AdamW (XLA fuses it into the step) | keras' multi-tensor (`torch._foreach`) AdamW |
+| `AdamW` (the base of `kbert.models.optimization.BertAdamW`) | TensorFlow's one-kernel Adam update | keras' AdamW (XLA fuses it into the step) | keras' multi-tensor (`torch._foreach`) AdamW |
 | `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad` | `torch.autograd.grad` |
 | `COMPILES_EACH_SHAPE` (batches padded to few widths) | no: one graph for all widths | yes: XLA compiles each | no: eager |
 | `random_state`, `restore_random_state` (kept by backups) | none: Keras' seed generators | none: Keras' seed generators | PyTorch's generators, which its dropout draws from |
@@ -16,52 +16,62 @@ three:
 | `compile_transformer_blocks` (what `compile(jit_compile=True)` compiles) | nothing apart: the whole step | nothing apart: the whole step | each block through one `torch.compile`d program; the rest eager |
 
 Each backend's module gives these names; this module re-exports the ones of
-the backend Keras runs on. Each fast path is tested equal to the portable
-computation (keras-hub's `TransformerEncoder`, keras' `AdamW`).
+the backend Keras runs on, loaded on first use. Each fast path is tested
+equal to the portable computation (keras-hub's `TransformerEncoder`, keras'
+`AdamW`).
+
+The decisions around the backend have a module each here too:
+
+| module | what it decides |
+|---|---|
+| `selection` | which backend Keras runs on, TensorFlow's log level and oneDNN switch (before Keras loads), and TensorFlow kept off the GPUs on another backend |
+| `onednn` | whether TensorFlow runs on oneDNN's kernels, and the warning where it does not |
+| `tensorflow_support` | whether TensorFlow is installed, the message where it is missing, and its load-time log lines kept out of the CLI |
+| `tensorflow_bridge` | a JAX or PyTorch model called from TF-Text preprocessing (`tf.py_function`) |
+| `tensorflow_process` | a function run in a TensorFlow process that dies with its caller (export from JAX or PyTorch) |
+| `model_inputs` | what Keras takes as data beside raw text (token ids, `PyDataset`, a PyTorch `DataLoader`) and how many batches it makes |
+| `distribute` | training on several devices: a `tf.distribute` strategy on TensorFlow, `keras.distribution` on JAX (`--strategy`) |
 """
 
-import keras
+import importlib
 
-BACKEND = keras.config.backend()
+# The names each backend's module gives (`kbert.backend.tensorflow`, `.jax`, `.torch`).
+_SEAM = (
+    "COMPILES_EACH_SHAPE",
+    "AdamW",
+    "build_before_first_step",
+    "compile_transformer_blocks",
+    "gradient_function",
+    "random_state",
+    "restore_random_state",
+    "transformer_block",
+)
 
-if BACKEND == "tensorflow":
-    from kbert.backend.tensorflow import (
-        COMPILES_EACH_SHAPE,
-        AdamW,
-        build_before_first_step,
-        compile_transformer_blocks,
-        gradient_function,
-        random_state,
-        restore_random_state,
-        transformer_block,
-    )
-elif BACKEND == "jax":
-    from kbert.backend.jax import (
-        COMPILES_EACH_SHAPE,
-        AdamW,
-        build_before_first_step,
-        compile_transformer_blocks,
-        gradient_function,
-        random_state,
-        restore_random_state,
-        transformer_block,
-    )
-elif BACKEND == "torch":
-    from kbert.backend.torch import (
-        COMPILES_EACH_SHAPE,
-        AdamW,
-        build_before_first_step,
-        compile_transformer_blocks,
-        gradient_function,
-        random_state,
-        restore_random_state,
-        transformer_block,
-    )
-else:
-    raise ImportError(
-        f"kbert runs on Keras' tensorflow, jax and torch backends, not {BACKEND!r}: set "
-        "KERAS_BACKEND to one of them."
-    )
+
+def keras_backend():
+    """The backend Keras runs on (Keras loads here, on first use, after `kbert.backend.selection` chose it)."""
+    import keras
+
+    backend = keras.config.backend()
+    if backend not in ("tensorflow", "jax", "torch"):
+        raise ImportError(
+            f"kbert runs on Keras' tensorflow, jax and torch backends, not {backend!r}: set "
+            "KERAS_BACKEND to one of them."
+        )
+    return backend
+
+
+def __getattr__(name):
+    # Loaded on first use, so that `kbert.backend.selection` and the other
+    # modules here that do not need Keras import without it (`kbert --help`).
+    if name == "BACKEND":
+        value = keras_backend()
+    elif name in _SEAM:
+        value = getattr(importlib.import_module(f"kbert.backend.{keras_backend()}"), name)
+    else:
+        raise AttributeError(f"module 'kbert.backend' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 class LayersBeforeInit:
@@ -76,10 +86,15 @@ class LayersBeforeInit:
     """
 
     def __setattr__(self, name, value):
-        if BACKEND == "torch" and "_modules" not in self.__dict__:
+        if _on_torch() and "_modules" not in self.__dict__:
             object.__setattr__(self, name, value)
         else:
             super().__setattr__(name, value)
+
+
+def _on_torch():
+    backend = globals().get("BACKEND") or __getattr__("BACKEND")
+    return backend == "torch"
 
 
 class UntrackedStepState:
@@ -102,16 +117,4 @@ class UntrackedStepState:
             super().__setattr__(name, value)
 
 
-__all__ = [
-    "BACKEND",
-    "COMPILES_EACH_SHAPE",
-    "AdamW",
-    "LayersBeforeInit",
-    "UntrackedStepState",
-    "build_before_first_step",
-    "compile_transformer_blocks",
-    "gradient_function",
-    "random_state",
-    "restore_random_state",
-    "transformer_block",
-]
+__all__ = ["BACKEND", "LayersBeforeInit", "UntrackedStepState", *_SEAM]

@@ -66,7 +66,7 @@ def write_projector(embedder, texts, log_dir, labels=None, name="sentence_embedd
     from google.protobuf import text_format
     from tensorboard.plugins import projector
 
-    from kbert.atomic_files import write_atomically
+    from kbert.io.atomic_files import write_atomically
 
     if not hasattr(embedder, "embed"):
         raise TypeError(

@@ -2,8 +2,8 @@
 
 import keras
 
-from kbert.distribute import model_strategy, remove_worker_directory, worker_directory
-from kbert.optimization import batches_trained
+from kbert.backend.distribute import model_strategy, remove_worker_directory, worker_directory
+from kbert.models.optimization import batches_trained
 
 # Values written as they are at a step, not averaged over the epoch so far.
 _INSTANT_LOGS = ("learning_rate",)

@@ -2,7 +2,7 @@
 
 import keras
 
-from kbert.optimization import WarmupLinearDecay, batches_trained, inner_optimizer
+from kbert.models.optimization import WarmupLinearDecay, batches_trained, inner_optimizer
 
 
 class TrainingStepCallback(keras.callbacks.Callback):
@@ -23,7 +23,7 @@ class TrainingStepCallback(keras.callbacks.Callback):
       accumulation, batches rather than updates);
     - `iterations`: the optimizer's `iterations` (its updates);
     - `learning_rate()`: the rate of the next update, on the host for a
-      constant rate and for `kbert.optimization.WarmupLinearDecay` (other
+      constant rate and for `kbert.models.optimization.WarmupLinearDecay` (other
       schedules are evaluated by the backend).
 
     Example:

@@ -23,7 +23,7 @@ class LazyWriters:
         if run not in self._writers:
             import tensorflow as tf
 
-            from kbert.distribute import is_chief
+            from kbert.backend.distribute import is_chief
 
             if is_chief():
                 self._writers[run] = tf.summary.create_file_writer(os.path.join(self.log_dir, run))

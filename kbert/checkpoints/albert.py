@@ -264,7 +264,7 @@ def write_albert_folder(folder, encoder, tensors, tokenizer):
     """Writes a Hugging Face ALBERT folder; `folder` must not exist yet (written aside, then renamed)."""
     from safetensors.numpy import save_file
 
-    from kbert.atomic_files import write_atomically
+    from kbert.io.atomic_files import write_atomically
 
     folder = os.fspath(folder)
     if os.path.exists(folder):

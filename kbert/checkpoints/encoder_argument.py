@@ -12,7 +12,7 @@ import keras_hub
 from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub
 from kbert.checkpoints.loading import UnknownCheckpointError, load_pretrained, resolve_checkpoint
 from kbert.models.encoder import Encoder
-from kbert.presets import PRESETS
+from kbert.models.presets import PRESETS
 
 # What `kbert pretrain` writes into its run folder: the model with its heads, and the vocabulary.
 RUN_MODEL_FILE = "pretrainer.keras"

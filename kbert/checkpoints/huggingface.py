@@ -158,7 +158,7 @@ def write_huggingface_folder(folder, encoder, tensors, vocabulary, lowercase):
     """Writes a Hugging Face BERT folder; `folder` must not exist yet (it is written aside, then renamed)."""
     from safetensors.numpy import save_file
 
-    from kbert.atomic_files import write_atomically
+    from kbert.io.atomic_files import write_atomically
 
     folder = os.fspath(folder)
     if os.path.exists(folder):

@@ -37,7 +37,7 @@ def add_command(commands, name, description, run, check=None, output_folders=Non
     Args:
         run: `run(args)`, the command's work.
         check: `check(args)`, its files and folders checked before any work
-            and before any folder is made (`kbert.command_outputs`).
+            and before any folder is made (`kbert.runs.outputs`).
         output_folders: `output_folders(args)`, the folders it writes into
             (made when missing, removed again if it fails before writing);
             default: `--out`, where it has one.
@@ -65,7 +65,7 @@ def add_attention_dropout_argument(command):
 
 
 def add_strategy_arguments(command):
-    from kbert.distribute import DEFAULT_CONNECT_TIMEOUT, STRATEGIES
+    from kbert.backend.distribute import DEFAULT_CONNECT_TIMEOUT, STRATEGIES
 
     command.add_argument("--strategy", choices=STRATEGIES, default=None,
                          help="where to train: default (one device), mirrored (this machine's "

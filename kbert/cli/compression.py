@@ -17,7 +17,7 @@ from kbert.cli.tasks import print_metrics, print_saved, start_run_folder
 
 
 def add_commands(commands):
-    from kbert.fine_tuning import RECIPES
+    from kbert.runs.fine_tuning import RECIPES
 
     classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
     distill = add_command(commands, "distill", "distil a fine-tuned classifier into a smaller student, evaluate, "
@@ -77,7 +77,7 @@ def add_commands(commands):
 
 
 def _check_distill(args):
-    from kbert.command_outputs import check_input_file
+    from kbert.runs.outputs import check_input_file
 
     check_input_file(args.teacher, "--teacher")
     if args.unlabeled:
@@ -87,13 +87,13 @@ def _check_distill(args):
 
 
 def _check_prune(args):
-    from kbert.command_outputs import check_input_file
+    from kbert.runs.outputs import check_input_file
 
     check_input_file(args.model, "MODEL")
 
 
 def _distill(args):
-    from kbert.compression_runs import distill_task
+    from kbert.runs.compression import distill_task
 
     start_run_folder(args, args.teacher, args.student, args.unlabeled, *(args.general_corpus or ()))
     result = distill_task(
@@ -110,7 +110,7 @@ def _distill(args):
 
 
 def _prune(args):
-    from kbert.compression_runs import prune_task
+    from kbert.runs.compression import prune_task
 
     start_run_folder(args, args.model)
     result = prune_task(

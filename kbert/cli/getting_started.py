@@ -31,7 +31,7 @@ def add_commands(commands):
 
 
 def _demo(args):
-    from kbert import demo
+    from kbert.runs import demo
 
     demo.run(preset=args.preset, epochs=args.epochs, sequence_length=args.sequence_length,
              learning_rate=args.learning_rate, pretraining_steps=args.pretraining_steps,
@@ -39,14 +39,14 @@ def _demo(args):
 
 
 def _check_demo(args):
-    from kbert.command_outputs import check_output_folder
+    from kbert.runs.outputs import check_output_folder
 
     if args.export_dir:
         check_output_folder(args.export_dir, "--export-dir")
 
 
 def _presets(args):
-    from kbert.presets import PRESETS, parameter_count
+    from kbert.models.presets import PRESETS, parameter_count
 
     print(f"{'preset':<15} {'L':>3} {'H':>5} {'A':>3} {'I':>6} {'E':>5} {'shared':>6} {'parameters':>12}  "
           f"(vocabulary {args.vocabulary_size})")

@@ -31,7 +31,7 @@ def build_parser():
 
 
 def main(argv=None):
-    from kbert.command_outputs import remove_empty_folders
+    from kbert.runs.outputs import remove_empty_folders
 
     args = build_parser().parse_args(argv)
     new_folders = [_first_missing(path) for path in _output_folders(args) if not os.path.exists(path)]
@@ -52,7 +52,7 @@ def _run(args):
         _use_backend(args)
         _show_kbert_warnings_in_one_line(args.command)
         if args.command != "presets":
-            from kbert.tensorflow_support import import_tensorflow_quietly
+            from kbert.backend.tensorflow_support import import_tensorflow_quietly
 
             import_tensorflow_quietly()
         with _strategy_scope(args):
@@ -70,7 +70,7 @@ def _run(args):
 
 def _check_arguments(args):
     """Checks a command's files and folders before any work, and before any folder is made."""
-    from kbert.command_outputs import check_input_file
+    from kbert.runs.outputs import check_input_file
 
     vocabulary = getattr(args, "vocabulary", None)
     if isinstance(vocabulary, str):  # every command's --vocabulary names a file it reads
@@ -85,12 +85,11 @@ def _use_backend(args):
     A command that declares its backend (`export` and `predict` write and
     run TensorFlow SavedModels) runs on it whatever the environment names.
     """
+    from kbert.backend.selection import use_backend
+
     backend = args.forced_backend or getattr(args, "backend", None)
-    if backend is None:
-        return
-    if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != backend:
-        raise ValueError(f"--backend {backend}: Keras was loaded already, on {os.environ.get('KERAS_BACKEND')}.")
-    os.environ["KERAS_BACKEND"] = backend
+    if backend is not None:
+        use_backend(backend, asked_by="--backend")
 
 
 def _strategy_scope(args):
@@ -99,7 +98,7 @@ def _strategy_scope(args):
 
     if getattr(args, "strategy", "absent") == "absent":
         return contextlib.nullcontext()
-    from kbert.distribute import make_strategy
+    from kbert.backend.distribute import make_strategy
 
     return make_strategy(args.strategy, connect_timeout=args.connect_timeout).scope()
 

@@ -130,14 +130,14 @@ def add_commands(commands):
 def _check_vocabulary(args):
     import glob
 
-    from kbert.command_outputs import check_output_file
+    from kbert.runs.outputs import check_output_file
 
     inputs = [path for pattern in args.files for path in glob.glob(pattern)] + args.files
     check_output_file(args.out, "--out", args.overwrite, inputs)
 
 
 def _check_pretrain(args):
-    from kbert.command_outputs import check_output_folder
+    from kbert.runs.outputs import check_output_folder
 
     check_output_folder(args.out, "--out")
 
@@ -145,7 +145,7 @@ def _check_pretrain(args):
 def _check_prepare_pretraining(args):
     import glob
 
-    from kbert.command_outputs import check_output_folder
+    from kbert.runs.outputs import check_output_folder
 
     inputs = [path for pattern in args.corpus for path in glob.glob(pattern)] + args.corpus
     check_output_folder(args.out, "--out", inputs + [args.vocabulary])
@@ -180,7 +180,7 @@ def _read_or_learn_vocabulary(args, out_dir, prepared=None, lowercase=True):
 
 
 def _write_lines_atomically(path, lines):
-    from kbert.atomic_files import write_atomically
+    from kbert.io.atomic_files import write_atomically
 
     def write(temporary):
         with open(temporary, "w", encoding="utf-8") as f:
@@ -195,9 +195,9 @@ def _pretrain(args):
     import keras
 
     import kbert
-    from kbert.atomic_files import remove_temporary_files
+    from kbert.io.atomic_files import remove_temporary_files
     from kbert.data.pretraining import prepared_folder, read_metadata
-    from kbert.distribute import is_chief, write_on_chief
+    from kbert.backend.distribute import is_chief, write_on_chief
 
     out_dir = Path(args.out)
     # Segment pairs written by `kbert prepare-pretraining`, or text files.

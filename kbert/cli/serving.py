@@ -40,14 +40,14 @@ def _export_folders(args):
 
 
 def _check_export(args):
-    from kbert.command_outputs import check_input_file, check_output_folder
+    from kbert.runs.outputs import check_input_file, check_output_folder
 
     check_input_file(args.model, "MODEL")
     check_output_folder(args.out, "--out")
 
 
 def _check_predict(args):
-    from kbert.command_outputs import check_input_file
+    from kbert.runs.outputs import check_input_file
 
     if args.file not in (None, "-"):
         check_input_file(args.file, "--file")
@@ -110,7 +110,7 @@ def _read_lines(path):
     """The lines of a file or of standard input (`-`), as bytes, without their line ends.
 
     Lines end as in every text file kbert reads (LF, CRLF or CR; a leading
-    byte-order mark removed: `kbert.text_files`), but the bytes are sent as
+    byte-order mark removed: `kbert.io.text_files`), but the bytes are sent as
     they are: a model server takes whatever a client sends.
     """
     import re

@@ -19,7 +19,7 @@ from kbert.cli.arguments import (
 
 def add_commands(commands):
     from kbert.data.tfds_source import SOURCES  # plain Python: no TensorFlow
-    from kbert.fine_tuning import RECIPES
+    from kbert.runs.fine_tuning import RECIPES
 
     train = add_command(commands, "train", "fine-tune on a task's data set, evaluate, save", _train,
                         interrupted="; run it again to start over (the logs so far are moved aside), or pass "
@@ -69,7 +69,7 @@ def add_commands(commands):
 
 
 def _check_evaluate(args):
-    from kbert.command_outputs import check_input_file, check_output_file
+    from kbert.runs.outputs import check_input_file, check_output_file
 
     check_input_file(args.model, "MODEL")
     if args.out:
@@ -77,8 +77,8 @@ def _check_evaluate(args):
 
 
 def start_run_folder(args, *inputs):
-    """Makes `--out` ready for a run (`kbert.command_outputs.start_run_folder`), saying what it moved aside."""
-    from kbert.command_outputs import start_run_folder as start
+    """Makes `--out` ready for a run (`kbert.runs.outputs.start_run_folder`), saying what it moved aside."""
+    from kbert.runs.outputs import start_run_folder as start
 
     moved = start(args.out, args.overwrite, [path for path in inputs if path])
     if moved:
@@ -86,7 +86,7 @@ def start_run_folder(args, *inputs):
 
 
 def _train(args):
-    from kbert.fine_tuning import fine_tune
+    from kbert.runs.fine_tuning import fine_tune
 
     start_run_folder(args, args.encoder, args.vocabulary)
     result = fine_tune(
@@ -110,8 +110,8 @@ def print_saved(out):
 
 def _evaluate(args):
     import kbert
-    from kbert.atomic_files import json_text, write_atomically, write_text
-    from kbert.fine_tuning import evaluate_task
+    from kbert.io.atomic_files import json_text, write_atomically, write_text
+    from kbert.runs.fine_tuning import evaluate_task
 
     model = kbert.load_model(args.model)
     result = evaluate_task(model, args.task, split=args.split, max_examples=args.max_examples,
@@ -125,7 +125,7 @@ def _evaluate(args):
 def print_metrics(result):
     """A run's scores, one a line; a two-class task's precision, recall and F1 named with their class."""
     print(f"{result['task']} ({result['split']}, {result['examples']:,} examples):")
-    from kbert.fine_tuning import CLASS_SCORES
+    from kbert.runs.fine_tuning import CLASS_SCORES
 
     positive = result.get("positive_class")  # precision, recall and F1 are this class's
     scores = {f"{key} ({positive})" if positive and key in CLASS_SCORES else key: value

@@ -307,7 +307,7 @@ def _task_encoder(model):
 
 def _batches(model, x, y, batch_size):
     """Batches of `(features, targets[, sample_weight])`: token ids as they are, other inputs through the task's pipeline."""
-    from kbert.model_inputs import KERAS_DEFAULT_BATCH_SIZE, is_token_ids
+    from kbert.backend.model_inputs import KERAS_DEFAULT_BATCH_SIZE, is_token_ids
 
     if not is_token_ids(x):
         return model._task_dataset(x, y, batch_size=batch_size)

@@ -8,7 +8,7 @@ import numpy as np
 
 from kbert.compression.keep_sparsity import KeepSparsity, KernelMasks
 from kbert.compression.sparsity import sparsity as sparsity_report
-from kbert.safe_loading import check_keras_file
+from kbert.io.safe_loading import check_keras_file
 
 SCOPES = ("layer", "global")
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from kbert.data.paths import DataSource, find_data_file
 from kbert.data.tfds_source import check_source, class_names, describe, tfds_examples
-from kbert.text_files import DataFormatError, read_text_lines
+from kbert.io.text_files import DataFormatError, read_text_lines
 
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 CONLL2003_SPLITS = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}

@@ -5,7 +5,7 @@ import glob
 import os
 import re
 
-from kbert.text_files import read_text_lines
+from kbert.io.text_files import read_text_lines
 
 # A sentence ends at ., ! or ? (and any closing quotes or brackets after it)
 # followed by white space. Abbreviations ("Mr. Darcy") split too: BERT only

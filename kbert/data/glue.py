@@ -5,7 +5,7 @@ from pathlib import Path
 
 from kbert.data.paths import DataSource, find_data_file
 from kbert.data.tfds_source import check_source, class_names, describe, tfds_examples
-from kbert.text_files import DataFormatError, read_text_lines
+from kbert.io.text_files import DataFormatError, read_text_lines
 
 GLUE_SPLITS = ("train", "dev", "test")
 # kbert's split names -> TensorFlow Datasets'.

@@ -6,8 +6,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from kbert.atomic_files import ordinary_modes
-from kbert.text_files import DataFormatError  # noqa: F401 (kbert.data's error type)
+from kbert.io.atomic_files import ordinary_modes
+from kbert.io.text_files import DataFormatError  # noqa: F401 (kbert.data's error type)
 
 DATA_ENV = "KBERT_DATA"
 CACHE_ENV = "KBERT_CACHE"

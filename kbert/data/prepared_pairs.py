@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from kbert.atomic_files import contains_path, make_folder_beside
+from kbert.io.atomic_files import contains_path, make_folder_beside
 from kbert.data.corpus_progress import Progress, end_pass, reading_line
 from kbert.data.documents import corpus_files
 from kbert.data.pretraining_settings import PretrainingSettings

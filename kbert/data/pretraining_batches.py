@@ -151,7 +151,7 @@ class BatchStream:
         self.batches_per_pass = batches_per_pass
         self.batch_size = batch_size
         self.prepared_folder = prepared_folder
-        # Several workers split prepared TFRecords by file, text by data (`kbert.distribute`).
+        # Several workers split prepared TFRecords by file, text by data (`kbert.backend.distribute`).
         self.splits_by_file = prepared_folder is not None
 
     def __call__(self, start_batch=0, input_context=None):

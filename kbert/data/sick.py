@@ -4,7 +4,7 @@ import math
 from pathlib import Path
 
 from kbert.data.paths import DataSource, find_data_file
-from kbert.text_files import DataFormatError, read_text_lines
+from kbert.io.text_files import DataFormatError, read_text_lines
 
 SICK_FILE = "sick/SICK.txt"
 # The release is a zip behind a web page; the reader does not fetch it.

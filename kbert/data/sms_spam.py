@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 from kbert.data.paths import DataSource, find_data_file
-from kbert.text_files import DataFormatError, read_text_lines
+from kbert.io.text_files import DataFormatError, read_text_lines
 
 SMS_SPAM_FILE = "sms_spam_collection/SMSSpamCollection"
 SMS_SPAM_SOURCE = DataSource(

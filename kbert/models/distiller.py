@@ -6,20 +6,20 @@ import keras
 import numpy as np
 from keras import ops
 
-from kbert.atomic_files import SavesAtomically
+from kbert.io.atomic_files import SavesAtomically
 from kbert.compression.distillation_loss import distillation_loss
-from kbert.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
+from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
 from kbert.models.classifier import Classifier
 from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
-from kbert.optimization import (
+from kbert.models.optimization import (
     batches_trained,
     bert_adamw,
     default_learning_rate,
     start_schedule_window,
     with_loss_scaling,
 )
-from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
+from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 
 # The task models whose outputs are one logit per class: what a student can match.
 TEACHER_CLASSES = (Classifier, MultipleChoice)
@@ -158,7 +158,7 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
                 that `kbert.Classifier.compile` uses, or any Keras optimizer.
             learning_rate: the peak learning rate of the `"auto"` optimizer;
                 default the fine-tuning rate of the student's width
-                (`kbert.optimization.default_learning_rate`).
+                (`kbert.models.optimization.default_learning_rate`).
             **kwargs: other arguments of `keras.Model.compile` (not `loss`
                 or `metrics`: the Distiller logs its own).
         """

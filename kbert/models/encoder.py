@@ -5,10 +5,10 @@ import numbers
 import keras
 import keras_hub
 
-from kbert.atomic_files import SavesAtomically
+from kbert.io.atomic_files import SavesAtomically
 from kbert.backend import LayersBeforeInit
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
-from kbert.presets import preset_config
+from kbert.models.presets import preset_config
 
 # The feed-forward activations: BERT's exact (erf) GELU, and the tanh
 # approximation ALBERT v2 checkpoints were trained with ("gelu_new").

@@ -2,7 +2,7 @@
 
 import keras
 
-from kbert.atomic_files import SavesAtomically
+from kbert.io.atomic_files import SavesAtomically
 from kbert.backend import UntrackedStepState, build_before_first_step
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
@@ -10,9 +10,9 @@ from kbert.compression.layer_mapping import (
     encoder_states,
     masked_mean_squared_error,
 )
-from kbert.model_inputs import known_steps
+from kbert.backend.model_inputs import known_steps
 from kbert.models.encoder import Encoder, bert_initializer
-from kbert.optimization import (
+from kbert.models.optimization import (
     batches_trained,
     bert_adamw,
     default_learning_rate,
@@ -271,7 +271,7 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
                 linear decay over each `fit`; or any Keras optimizer.
             learning_rate: the peak learning rate of the `"auto"` optimizer;
                 default that of fine-tuning the student's width
-                (`kbert.optimization.default_learning_rate`).
+                (`kbert.models.optimization.default_learning_rate`).
         """
         if optimizer == "auto":
             optimizer = bert_adamw(default_learning_rate(self.student.hidden_dim) if learning_rate is None

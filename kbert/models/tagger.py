@@ -4,7 +4,7 @@ import keras
 import numpy as np
 
 from kbert.metrics.entity_f1 import entity_scores
-from kbert.model_inputs import is_token_ids
+from kbert.backend.model_inputs import is_token_ids
 from kbert.models.task_model import (
     TaskModel,
     deprecated,
@@ -13,7 +13,7 @@ from kbert.models.task_model import (
     output_head,
     softmax,
 )
-from kbert.tensorflow_support import is_tf_dataset, require_tensorflow
+from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 
 
 @keras.saving.register_keras_serializable(package="kbert")

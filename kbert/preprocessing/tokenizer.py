@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
-from kbert.text_files import read_text_lines
+from kbert.io.text_files import read_text_lines
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -30,7 +30,7 @@ _DROPPED = r"[\p{C}\x{FFFD}]"
 def read_vocabulary(vocabulary, lowercase=None):
     """Returns the tokens of a vocabulary given as a list or a `vocab.txt` path.
 
-    A file is read as every kbert text file is (`kbert.text_files`): one
+    A file is read as every kbert text file is (`kbert.io.text_files`): one
     token per line, LF, CRLF or CR line ends, a byte-order mark removed.
 
     Args:

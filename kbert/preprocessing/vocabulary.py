@@ -9,8 +9,8 @@ import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer
-from kbert.progress_bar import progress_bar
-from kbert.text_files import read_text_lines
+from kbert.io.progress_bar import progress_bar
+from kbert.io.text_files import read_text_lines
 
 # The text tokenized at a time while counting words.
 _BATCH_BYTES = 1 << 20
@@ -40,7 +40,7 @@ def _matched_files(files):
 def _file_batches(files, batch_size):
     """Batches of the files' lines: at most `batch_size` lines and `_BATCH_BYTES` bytes.
 
-    Lines are read as every kbert text file is (`kbert.text_files`); a line
+    Lines are read as every kbert text file is (`kbert.io.text_files`); a line
     longer than a batch (a book without line ends) comes in pieces cut at
     spaces, which gives the same words. Memory is bounded by the bytes of a
     batch, not by its number of lines.
@@ -100,7 +100,7 @@ def learn_vocabulary(
         data: a list or array of texts, a `tf.data.Dataset` of texts (or of
             `(text, label)`), or a list of file paths or glob patterns (every
             one matching files), read one text per line as every kbert text
-            file is (`kbert.text_files`: LF, CRLF or CR line ends; invalid
+            file is (`kbert.io.text_files`: LF, CRLF or CR line ends; invalid
             UTF-8 or a NUL byte is an error naming file and line).
         vocabulary_size: the number of tokens to learn. The result has
             exactly this many, unless the text has fewer distinct pieces

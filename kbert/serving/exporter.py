@@ -3,12 +3,10 @@
 import ctypes
 import errno
 import functools
-import json
 import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -16,7 +14,8 @@ import time
 import keras
 import tensorflow as tf
 
-from kbert.atomic_files import ordinary_modes
+from kbert.backend.tensorflow_process import call_in_tensorflow, caller_has_ended
+from kbert.io.atomic_files import ordinary_modes
 from kbert.serving import op_allowlist
 from kbert.serving.serving_module import ServingModule
 
@@ -151,32 +150,6 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     return target
 
 
-# The start of the TensorFlow process of `_export_in_tensorflow`, before its
-# slow imports: on Linux the kernel kills it as soon as its parent dies
-# (prctl PR_SET_PDEATHSIG), and a parent that died before that (its process
-# id is the second argument) ends it at once. Standard library only, so
-# that it runs in milliseconds.
-_DIE_WITH_PARENT = """
-import ctypes, os, signal, sys
-parent = int(sys.argv[2])
-if sys.platform.startswith("linux"):
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-if os.getppid() != parent:
-    sys.exit(1)
-"""
-_EXPORT_COMMAND = _DIE_WITH_PARENT + "from kbert.serving.exporter import export_file\nexport_file(sys.argv[1], parent)\n"
-# The errors an export in a TensorFlow process raises as they are, by name:
-# the user's errors, which kbert's CLI shows as one line.
-_EXPORT_ERRORS = {
-    error.__name__: error
-    for error in (ValueError, TypeError, OSError, FileExistsError, FileNotFoundError, IsADirectoryError,
-                  NotADirectoryError, PermissionError, TimeoutError)
-}
-# The process that started this one, in a TensorFlow process of
-# `_export_in_tensorflow`: the export publishes nothing once it is gone.
-_parent = None
-
-
 def _export_in_tensorflow(model, directory, version, overwrite, text_pairs):
     """`export` of a model of another backend: its `.keras` file, exported by a TensorFlow process.
 
@@ -192,53 +165,20 @@ def _export_in_tensorflow(model, directory, version, overwrite, text_pairs):
             raise type(error)(error.errno, f"{error.strerror or error} (the model's copy for the TensorFlow "
                                            "export process; TMPDIR chooses its folder)",
                               arguments["model"]) from None
-        environment = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-        result = subprocess.run(
-            [sys.executable, "-c", _EXPORT_COMMAND, json.dumps(arguments), str(os.getpid())],
-            env=environment, capture_output=True, text=True,
-        )
-    lines = result.stdout.strip().splitlines()
-    answer = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
-    if "path" in answer:
-        return answer["path"]
-    if "error" in answer and answer["error"] in _EXPORT_ERRORS:
-        raise _EXPORT_ERRORS[answer["error"]](answer["message"])
-    if "error" in answer:  # a TensorFlow error (a full disk), or a fault of kbert's
-        raise ChildProcessError(f"The TensorFlow process exporting the model failed: {answer['error']}: "
-                                f"{answer['message']}")
-    # No answer: the process crashed or was killed (out of memory); its last line says how.
-    last = [line.strip() for line in result.stderr.strip().splitlines() if line.strip()][-1:]
-    raise ChildProcessError(f"The TensorFlow process exporting the model ended with exit status "
-                            f"{result.returncode}{': ' + last[0] if last else ''}")
+        return call_in_tensorflow("kbert.serving.exporter:export_file", arguments, "exporting the model")
 
 
-def export_file(arguments, parent=None):
-    """`export` of the `.keras` file in `arguments` (JSON of `export`'s, and `model`), printed as JSON: the path or the error.
-
-    `parent`: the process id of the process that started this one; the
-    version is not published once it has died. An error is printed as its
-    type's name and its message's first line.
-    """
-    global _parent
-
+def export_file(arguments):
+    """`export` of the `.keras` file in `arguments` (`export`'s arguments, and `model`: the file): the version's path."""
     import kbert
 
-    arguments = json.loads(arguments)
-    _parent = parent
-    try:
-        model = kbert.load_model(arguments.pop("model"))
-        print(json.dumps({"path": export(model, **arguments)}))
-    except Exception as error:
-        message = getattr(error, "message", None) or str(error) or type(error).__name__  # TensorFlow's own
-        lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-        print(json.dumps({"error": type(error).__name__, "message": lines[0] if lines else type(error).__name__}))
-    finally:
-        _parent = None
+    model = kbert.load_model(arguments.pop("model"))
+    return export(model, **arguments)
 
 
 def _check_parent(target):
     """In an export process started by `_export_in_tensorflow`: refuses to publish once its parent has died."""
-    if _parent is not None and os.getppid() != _parent:
+    if caller_has_ended():
         raise ChildProcessError(f"Did not export to {target}: the process that asked for the export has ended.")
 
 

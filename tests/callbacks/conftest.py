@@ -6,8 +6,8 @@ import keras
 import numpy as np
 
 import kbert  # noqa: F401  (sets the TensorFlow backend)
-from kbert.atomic_files import TEMPORARY_PREFIX
-from kbert.optimization import BertAdamW, WarmupLinearDecay
+from kbert.io.atomic_files import TEMPORARY_PREFIX
+from kbert.models.optimization import BertAdamW, WarmupLinearDecay
 
 BATCH_SIZE = 4
 BATCHES_PER_EPOCH = 8

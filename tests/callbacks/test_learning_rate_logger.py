@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from kbert.callbacks import LearningRateLogger
-from kbert.optimization import WarmupLinearDecay
+from kbert.models.optimization import WarmupLinearDecay
 from tests.callbacks.conftest import BATCHES_PER_EPOCH, BatchRecorder, fit, tiny_model
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.

@@ -9,7 +9,7 @@ import tensorflow as tf
 import kbert.callbacks
 from kbert.callbacks import BackupAndRestore, LearningRateLogger, ModelCheckpoint, TensorBoard
 from kbert.callbacks.tensorboard import step_tag
-from kbert.optimization import WarmupLinearDecay
+from kbert.models.optimization import WarmupLinearDecay
 from tests.callbacks.conftest import BATCHES_PER_EPOCH, fit, tiny_data, tiny_model
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.

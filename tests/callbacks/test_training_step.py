@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from kbert.callbacks import LearningRateLogger, TrainingStepCallback
-from kbert.optimization import BertAdamW, WarmupLinearDecay
+from kbert.models.optimization import BertAdamW, WarmupLinearDecay
 from tests.callbacks.conftest import BATCHES_PER_EPOCH, fit, tiny_model
 
 # kbert's backend code on every backend; on JAX a read of the model between steps costs the most.

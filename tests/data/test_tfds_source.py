@@ -22,7 +22,7 @@ from kbert.data import (
     load_squad,
 )
 from kbert.data import glue as glue_module
-from kbert.fine_tuning import load_split
+from kbert.runs.fine_tuning import load_split
 
 
 def mock_tfds(examples_by_split):
@@ -217,7 +217,7 @@ def test_load_split_reads_tfds_for_the_tasks_that_have_it():
 
 
 def test_cli_train_passes_the_source(tmp_path, monkeypatch, capsys):
-    from kbert import fine_tuning
+    from kbert.runs import fine_tuning
 
     seen = {}
 

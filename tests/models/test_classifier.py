@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.data import task_dataset
-from kbert.optimization import WarmupLinearDecay
+from kbert.models.optimization import WarmupLinearDecay
 from tests.test_case import TINY_VOCABULARY, run_task_test, tiny_encoder_kwargs
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"]

@@ -120,7 +120,7 @@ def test_fit_predicts_once_logs_the_loss_parts_and_fits_its_schedule(teacher, tm
     distiller = kbert.Distiller(teacher, teacher.encoder.truncated([1]), alpha=0.5)
     schedule = distiller.optimizer._learning_rate
     # The student's width sets the default rate, as for fine-tuning.
-    assert schedule.peak_learning_rate == kbert.optimization.default_learning_rate(16)
+    assert schedule.peak_learning_rate == kbert.models.optimization.default_learning_rate(16)
     history = distiller.fit(TEXTS[:6], LABELS[:6], unlabeled=UNSEEN, validation_data=(TEXTS[8:12], LABELS[8:12]),
                             batch_size=4, epochs=3, verbose=0,
                             callbacks=[kbert.callbacks.TensorBoard(str(tmp_path))]).history

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
-from kbert.presets import PRESETS, encoder_parameter_count, parameter_count
+from kbert.models.presets import PRESETS, encoder_parameter_count, parameter_count
 from tests.test_case import (
     assert_all_close,
     assert_allclose,

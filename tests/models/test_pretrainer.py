@@ -12,7 +12,7 @@ from kbert.models.pretrainer import (
     Pretrainer,
     default_pretraining_learning_rate,
 )
-from kbert.optimization import WarmupLinearDecay
+from kbert.models.optimization import WarmupLinearDecay
 from tests.test_case import (
     assert_all_close,
     assert_allclose,
@@ -450,7 +450,7 @@ def test_gradient_accumulation_updates_as_the_large_batch_does():
     large, accumulated, small = train(8, None), train(4, 2), train(4, None)
     # Three updates each; the accumulating run took six batches of half the size.
     assert int(numpy(large.optimizer.iterations)) == int(numpy(accumulated.optimizer.iterations)) == 3
-    assert kbert.optimization.batches_trained(accumulated.optimizer) == 6
+    assert kbert.models.optimization.batches_trained(accumulated.optimizer) == 6
     # Warm-up and decay count updates: update u has the large batch's rate.
     for update in range(3):
         assert float(accumulated.optimizer._learning_rate(2 * update + 1)) == pytest.approx(

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.data import task_dataset
-from kbert.optimization import WarmupLinearDecay
+from kbert.models.optimization import WarmupLinearDecay
 from kbert.preprocessing.question_answerer_preprocessor import keyword_examples
 from tests.test_case import (
     assert_all_close,

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.data import task_dataset
-from kbert.optimization import WarmupLinearDecay
+from kbert.models.optimization import WarmupLinearDecay
 from tests.test_case import numpy, run_config_round_trip, run_task_test, tiny_encoder_kwargs, TINY_VOCABULARY
 
 LABELS = ["O", "B-ANIMAL", "I-ANIMAL", "B-THING", "I-THING"]

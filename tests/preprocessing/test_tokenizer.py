@@ -283,7 +283,7 @@ def test_read_vocabulary_missing_special_tokens_names_them():
     ids=["bom-and-crlf", "nul-in-a-token", "not-utf8"],
 )
 def test_cli_reads_vocabulary_files_as_text_files(tmp_path, capsys, content, problem):
-    # Vocabulary files go through kbert.text_files, as every text file kbert takes.
+    # Vocabulary files go through kbert.io.text_files, as every text file kbert takes.
     from kbert import cli
     from tests.models.pretraining_run import write_corpus
 

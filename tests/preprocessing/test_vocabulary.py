@@ -272,7 +272,7 @@ def test_vocabulary_size_is_respected_on_a_real_corpus():
     assert tokenizer.unk_token_id not in ids
 
 
-# `kbert vocabulary` reads its files as every kbert text file is read (kbert.text_files).
+# `kbert vocabulary` reads its files as every kbert text file is read (kbert.io.text_files).
 def test_cli_learns_the_words_of_a_file_with_cr_line_ends(tmp_path, capsys):
     from kbert import cli
 

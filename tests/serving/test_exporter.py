@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.backend import tensorflow_process
 from kbert.cli.main import one_line
 from kbert.serving import exporter, op_allowlist
 from tests.serving.conftest import tiny
@@ -269,9 +270,9 @@ def _is_gone(pid):
 def test_an_export_process_dies_with_its_parent_and_publishes_nothing(tmp_path):
     # The export process's real start, then a stand-in for the export that
     # publishes its version after 3 s; its parent is SIGKILLed at once.
-    assert exporter._EXPORT_COMMAND.startswith(exporter._DIE_WITH_PARENT)
+    assert tensorflow_process.ANSWER.startswith(tensorflow_process.DIE_WITH_CALLER)
     version = tmp_path / "spam" / "1"
-    child = exporter._DIE_WITH_PARENT + f"import time\ntime.sleep(3)\nos.makedirs({str(version)!r})\n"
+    child = tensorflow_process.DIE_WITH_CALLER + f"import time\ntime.sleep(3)\nos.makedirs({str(version)!r})\n"
     parent = (
         "import os, subprocess, sys, time\n"
         f"child = subprocess.Popen([sys.executable, '-c', {child!r}, '{{}}', str(os.getpid())])\n"
@@ -298,7 +299,8 @@ def test_an_export_process_whose_parent_died_publishes_nothing(classifier, tmp_p
     classifier.save(model_file)
     arguments = {"model": model_file, "directory": str(tmp_path / "spam"), "version": None, "overwrite": False,
                  "text_pairs": None}
-    exporter.export_file(json.dumps(arguments), parent=os.getpid())  # this process is not its own parent
+    # This process is not its own parent.
+    tensorflow_process.answer("kbert.serving.exporter:export_file", json.dumps(arguments), os.getpid())
     answer = json.loads(capsys.readouterr().out)
     assert answer == {"error": "ChildProcessError", "message": f"Did not export to {tmp_path / 'spam' / '1'}: "
                       "the process that asked for the export has ended."}
@@ -331,7 +333,7 @@ def test_the_export_process_fails_in_one_line_naming_the_file(classifier, tmp_pa
 
     # The TensorFlow process cannot write the SavedModel (its disk is full).
     real_run = subprocess.run
-    monkeypatch.setattr(exporter.subprocess, "run",
+    monkeypatch.setattr(tensorflow_process.subprocess, "run",
                         lambda *args, **kwargs: real_run(*args, **kwargs, preexec_fn=lambda: _file_size_limit(50_000)))
     with pytest.raises(OSError) as caught:
         exporter._export_in_tensorflow(classifier, str(folder), None, False, None)

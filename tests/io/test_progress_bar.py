@@ -1,7 +1,7 @@
 import io
 import sys
 
-from kbert.progress_bar import progress_bar
+from kbert.io.progress_bar import progress_bar
 
 
 def test_a_bar_in_a_log_file_is_one_plain_line(monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 
 import kbert
 from kbert import cli
-from kbert.command_outputs import EARLIER_RUNS
+from kbert.runs.outputs import EARLIER_RUNS
 from tests.test_case import TINY_VOCABULARY, file_size_limit, folder_state
 
 KBERT = os.path.join(os.path.dirname(sys.executable), "kbert")
@@ -147,7 +147,7 @@ def test_export_overwrite_replaces_an_exported_version_only(tmp_path, capsys, mo
 
 def test_a_run_folder_keeps_its_earlier_logs_aside_and_says_so(tmp_path, capsys, monkeypatch, model_file):
     """A rerun after Ctrl-C, or with --overwrite, starts clean in TensorBoard without deleting anything."""
-    import kbert.fine_tuning
+    import kbert.runs.fine_tuning
 
     run = tmp_path / "run"
     (run / "tensorboard" / "train").mkdir(parents=True)
@@ -158,7 +158,7 @@ def test_a_run_folder_keeps_its_earlier_logs_aside_and_says_so(tmp_path, capsys,
         os.makedirs(run / "tensorboard" / "train")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(kbert.fine_tuning, "fine_tune", interrupted)
+    monkeypatch.setattr(kbert.runs.fine_tuning, "fine_tune", interrupted)
     assert cli.main(["train", "sst2", "--out", str(run)]) == 130
     out, err = capsys.readouterr()
     assert err.strip() == ("kbert train: interrupted; run it again to start over (the logs so far are moved "
@@ -173,7 +173,7 @@ def test_a_run_folder_keeps_its_earlier_logs_aside_and_says_so(tmp_path, capsys,
     line = fails(["prune", str(run / "model.keras"), "--task", "sst2", "--sparsity", "0.5", "--out", str(run),
                   "--overwrite"], capsys, tmp_path)
     assert "one of its own inputs" in line
-    monkeypatch.setattr(kbert.fine_tuning, "fine_tune", lambda *args, **kwargs: 1 / 0)
+    monkeypatch.setattr(kbert.runs.fine_tuning, "fine_tune", lambda *args, **kwargs: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # a bug in kbert still shows its traceback
         cli.main(["train", "sst2", "--out", str(run), "--overwrite"])
     assert "held a finished run, replaced" in capsys.readouterr().out
@@ -267,7 +267,7 @@ def test_a_folder_it_cannot_write_is_refused_before_any_work(tmp_path):
 
 def test_a_run_folder_is_told_apart_from_what_a_killed_run_left(tmp_path, capsys, model_file):
     """metrics.json marks a finished run (as in run folders of earlier kbert versions); a model alone is unfinished."""
-    from kbert.atomic_files import write_together
+    from kbert.io.atomic_files import write_together
 
     run = tmp_path / "run"
     run.mkdir()

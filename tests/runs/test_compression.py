@@ -3,10 +3,10 @@ import json
 import pytest
 
 import kbert
-import kbert.compression_runs
+import kbert.runs.compression
 from kbert import cli
-from kbert.compression_runs import _transfer_set, distill_task
-from kbert.fine_tuning import DEFAULT_VOCABULARY_CHECKPOINT, load_split, take
+from kbert.runs.compression import _transfer_set, distill_task
+from kbert.runs.fine_tuning import DEFAULT_VOCABULARY_CHECKPOINT, load_split, take
 from tests.test_case import TINY_VOCABULARY
 
 
@@ -51,7 +51,7 @@ def test_a_run_stopped_before_its_metrics_leaves_the_earlier_run_whole(tmp_path,
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # Ctrl-C while the new model is evaluated
 
-    monkeypatch.setattr(kbert.compression_runs, "evaluate_task", interrupted)
+    monkeypatch.setattr(kbert.runs.compression, "evaluate_task", interrupted)
     assert cli.main([*arguments, "--seed", "5", "--overwrite"]) == 130
     assert {name: (run / name).read_bytes() for name in finished} == finished
     assert json.loads(finished["metrics.json"])["settings"]["seed"] == 0

@@ -52,6 +52,11 @@ _LOAD_NOISE = re.compile(
 )
 
 
+def is_load_noise(line):
+    """Whether `line` is one of the info lines TensorFlow's C++ side prints while it loads (nothing to act on)."""
+    return _LOAD_NOISE.match(line.rstrip("\n")) is not None
+
+
 def import_tensorflow_quietly():
     """Imports TensorFlow (where installed) without the info lines its C++ side prints while loading.
 
@@ -74,7 +79,7 @@ def import_tensorflow_quietly():
             os.close(saved_stderr)
             captured.seek(0)
             for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not _LOAD_NOISE.match(line.rstrip("\n")):
+                if not is_load_noise(line):
                     sys.stderr.write(line)
             sys.stderr.flush()
 

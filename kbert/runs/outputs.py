@@ -6,7 +6,7 @@ The rules the commands follow (docs/cli.rst, "What a command may replace"):
   is of the kind the command writes (`check_output_file`, the run folders
   of `start_run_folder`, a prepared corpus, an exported version);
 - what is replaced is written aside and renamed into place
-  (`kbert.atomic_files`), and a run folder's older TensorBoard logs are moved
+  (`kbert.io.atomic_files`), and a run folder's older TensorBoard logs are moved
   aside, never deleted;
 - a run folder's model and metrics are written together (`write_run`): its
   `metrics.json` is the mark of a finished run, and where it is, the
@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from kbert.atomic_files import contains_path, finish_interrupted_writes, write_together
+from kbert.io.atomic_files import contains_path, finish_interrupted_writes, write_together
 
 # The files of a `kbert train`, `distill` or `prune` run folder; the last,
 # written last, marks a finished run (as in run folders of every kbert version).
@@ -142,7 +142,7 @@ def clean_run_folder(out, report=None):
 
 
 def write_run(out, write):
-    """Writes a run's files into the run folder `out` together: all of them, or none (`kbert.atomic_files.write_together`).
+    """Writes a run's files into the run folder `out` together: all of them, or none (`kbert.io.atomic_files.write_together`).
 
     `write(folder)` writes `model.keras` and `metrics.json` into `folder`, a
     staging folder inside `out`; they replace the old ones only once both

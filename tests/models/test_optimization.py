@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import kbert
-from kbert.optimization import BertAdamW, WarmupLinearDecay, bert_adamw
+from kbert.models.optimization import BertAdamW, WarmupLinearDecay, bert_adamw
 from tests.test_case import BACKEND, tiny_encoder_kwargs
 
 # The schedule and the optimizer are backend code (kbert.backend.AdamW): all of it runs on every backend.
@@ -147,7 +147,7 @@ def test_compile_takes_a_zero_learning_rate_as_given_not_as_the_default():
         model.compile(learning_rate=0)
     model.compile(learning_rate=None)  # the default for the encoder's width
     assert model.optimizer._learning_rate.peak_learning_rate == pytest.approx(
-        kbert.optimization.default_learning_rate(16))
+        kbert.models.optimization.default_learning_rate(16))
 
 
 @pytest.mark.tensorflow_backend  # JAX and PyTorch build the optimizer, metrics and losses first themselves

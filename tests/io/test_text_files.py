@@ -1,7 +1,7 @@
 import pytest
 
-from kbert import text_files
-from kbert.text_files import DataFormatError, read_text_lines
+from kbert.io import text_files
+from kbert.io.text_files import DataFormatError, read_text_lines
 
 
 def lines_of(tmp_path, content, **kwargs):

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from kbert.onednn import ADVICE, onednn_advice
+from kbert.backend.onednn import ADVICE, onednn_advice
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_advice_only_when_off_by_no_choice_of_the_user_on_x86():
@@ -27,7 +27,7 @@ def imported(order, switch=None):
         "warnings.simplefilter('always')\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
         + "".join(f"    import {name}\n" for name in order)
-        + "from kbert.onednn import ADVICE, onednn_enabled\n"
+        + "from kbert.backend.onednn import ADVICE, onednn_enabled\n"
         "print(json.dumps({'enabled': onednn_enabled(),\n"
         "                  'warned': any(str(w.message) == ADVICE for w in caught)}))\n"
     )

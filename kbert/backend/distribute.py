@@ -256,7 +256,7 @@ def remove_worker_directory(path, directory):
 
 def write_on_chief(path, write, strategy=None):
     """`write_atomically(path, write)` on the chief; on the other workers, into a copy then removed."""
-    from kbert.atomic_files import write_atomically
+    from kbert.io.atomic_files import write_atomically
 
     directory = os.path.dirname(os.path.abspath(path))
     target = worker_directory(directory, strategy)

@@ -30,7 +30,7 @@ import sys
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models"))
 from pretraining_run import VOCABULARY, kill_at_step  # noqa: E402
 
 GLOBAL_BATCH = 12
@@ -89,7 +89,7 @@ def batches(args, strategy, results, summary):
     import numpy as np
 
     import kbert
-    from kbert.distribute import distributed_stream
+    from kbert.backend.distribute import distributed_stream
     from kbert.models.pretrainer import _batch_stream
 
     local = strategy.experimental_local_results
@@ -153,7 +153,7 @@ def main():
 
     import numpy as np
 
-    from kbert.distribute import make_strategy
+    from kbert.backend.distribute import make_strategy
 
     strategy = make_strategy(None, connect_timeout=60)
     results, summary = {}, {"replicas": strategy.num_replicas_in_sync}

@@ -9,7 +9,7 @@ import numpy as np
 
 import kbert
 from kbert import cli
-from kbert.fine_tuning import build_task_model
+from kbert.runs.fine_tuning import build_task_model
 from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
 
 
@@ -72,7 +72,7 @@ def test_a_run_killed_before_its_metrics_leaves_the_earlier_run_whole_and_the_ne
 # `kbert ARGUMENTS...`, killed with SIGKILL when the evaluation starts.
 KILLED_IN_EVALUATION = """
 import os, signal, sys
-import kbert.cli, kbert.fine_tuning
-kbert.fine_tuning.evaluate_task = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+import kbert.cli, kbert.runs.fine_tuning
+kbert.runs.fine_tuning.evaluate_task = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
 kbert.cli.main(sys.argv[1:])
 """

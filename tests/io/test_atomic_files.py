@@ -8,7 +8,7 @@ import keras
 import pytest
 
 import kbert
-from kbert.atomic_files import (TEMPORARY_PREFIX, SavesAtomically, contains_path, finish_interrupted_writes, json_text,
+from kbert.io.atomic_files import (TEMPORARY_PREFIX, SavesAtomically, contains_path, finish_interrupted_writes, json_text,
                                 write_together)
 from tests.test_case import TINY_VOCABULARY, file_size_limit, folder_state, tiny_encoder_kwargs
 

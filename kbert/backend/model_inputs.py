@@ -5,7 +5,7 @@ import math
 
 import keras
 
-from kbert.tensorflow_support import is_tf_dataset
+from kbert.backend.tensorflow_support import is_tf_dataset
 
 # Keras' own batch size when `fit` gets arrays and no `batch_size`.
 KERAS_DEFAULT_BATCH_SIZE = 32

@@ -74,7 +74,7 @@ def test_a_keras_file_naming_a_vocabulary_path_is_refused(saved_classifier, tmp_
 
 
 def test_a_member_bigger_than_a_model_holds_is_refused_before_it_is_read(saved_classifier, tmp_path, capsys):
-    from kbert.safe_loading import LIMITS, check_keras_file
+    from kbert.io.safe_loading import LIMITS, check_keras_file
 
     # A valid config followed by 65 MB of whitespace: 64 KB in the zip.
     padding = LIMITS["config.json"] + 1_000_000

@@ -1,4 +1,4 @@
-"""Training across worker processes on 127.0.0.1: `kbert.distribute` and the multi-worker `fit`.
+"""Training across worker processes on 127.0.0.1: `kbert.backend.distribute` and the multi-worker `fit`.
 
 Each worker is a process of its own running `distribute_run.py`; every
 process has a time limit and is killed with SIGKILL when the test ends (a
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from kbert.data.pretraining import prepare_pretraining_data
-from kbert.distribute import make_strategy, read_tf_config, wait_for_workers
+from kbert.backend.distribute import make_strategy, read_tf_config, wait_for_workers
 from tests.models.pretraining_run import VOCABULARY, write_corpus
 
 SCRIPT = Path(__file__).parent / "distribute_run.py"
 PROCESS_SECONDS = 240
-REPOSITORY = str(Path(__file__).parent.parent)
+REPOSITORY = str(Path(__file__).parents[2])
 pytestmark = pytest.mark.slow  # worker processes
 
 
@@ -133,7 +133,7 @@ def test_plain_keras_fit_still_fails_under_multi_worker_strategy(cluster_runs):
     _, workers, _ = cluster_runs
     for _, summary in workers:
         # When this fails, Keras' `fit` trains across workers (keras-team/keras#20585 is
-        # fixed): `kbert.distribute.MultiWorkerFit` can go.
+        # fixed): `kbert.backend.distribute.MultiWorkerFit` can go.
         assert summary["keras_fit"].startswith("ValueError"), summary["keras_fit"]
         assert "PerReplica" in summary["keras_fit"]
 

@@ -1,10 +1,10 @@
 """Distillation and pruning runs on the canonical data sets: what `kbert distill` and `kbert prune` run.
 
 Each run reads a fine-tuned task model (the `model.keras` of `kbert train`),
-trains on the task's training split (see `kbert.fine_tuning.RECIPES`), and
+trains on the task's training split (see `kbert.runs.fine_tuning.RECIPES`), and
 writes a run folder as `kbert train` does: `model.keras` and `metrics.json`
 (the evaluation split's metrics, the settings, the budget), written together
-(`kbert.command_outputs.write_run`), and `tensorboard/` (each loss part its
+(`kbert.runs.outputs.write_run`), and `tensorboard/` (each loss part its
 own scalar).
 """
 
@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-from kbert.atomic_files import json_text, write_text
-from kbert.command_outputs import clean_run_folder, write_run
-from kbert.fine_tuning import evaluate_task, load_split, recipe, take
+from kbert.io.atomic_files import json_text, write_text
+from kbert.runs.outputs import clean_run_folder, write_run
+from kbert.runs.fine_tuning import evaluate_task, load_split, recipe, take
 
 STUDENT_LAYERS_PREFIX = "layers:"
 
@@ -39,7 +39,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
        dropped.
 
     Args:
-        task: a classification task of `kbert.fine_tuning.RECIPES`.
+        task: a classification task of `kbert.runs.fine_tuning.RECIPES`.
         teacher: the fine-tuned teacher, a `kbert.Classifier` or the path of
             its `.keras` file.
         out: the run folder to write.

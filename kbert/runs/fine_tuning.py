@@ -199,7 +199,7 @@ def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, s
 
 def _vocabulary_or_default(encoder, vocabulary):
     """`vocabulary`; for a preset given none, the bert-base-uncased vocabulary that `kbert train` assumes."""
-    from kbert.presets import PRESETS
+    from kbert.models.presets import PRESETS
 
     if vocabulary is None and isinstance(encoder, str) and encoder in PRESETS:
         from kbert.checkpoints import load_pretrained
@@ -220,7 +220,7 @@ def _first_text(texts):
 def _write_projector(classifier, texts, labels, run_dir, batch_size):
     """The pooled [CLS] vectors of the first `PROJECTED_TEXTS` texts, which the classifier's head reads."""
     import kbert
-    from kbert.distribute import remove_worker_directory, worker_directory
+    from kbert.backend.distribute import remove_worker_directory, worker_directory
 
     count = PROJECTED_TEXTS
     texts = tuple(side[:count] for side in texts) if isinstance(texts, tuple) else texts[:count]
@@ -251,7 +251,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
 
     `out` gets `model.keras` (the fitted model), `metrics.json` (the
     evaluation split's metrics, the settings, examples seen and wall time),
-    both written together (`kbert.command_outputs.write_run`: killed before
+    both written together (`kbert.runs.outputs.write_run`: killed before
     both are complete, `out` keeps its earlier run), and `tensorboard/`,
     written as the run goes:
 
@@ -276,10 +276,10 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     import keras
 
     import kbert
-    from kbert.atomic_files import json_text, write_text
+    from kbert.io.atomic_files import json_text, write_text
     from kbert.checkpoints.encoder_argument import pretraining_run_files
-    from kbert.command_outputs import clean_run_folder
-    from kbert.distribute import is_chief
+    from kbert.runs.outputs import clean_run_folder
+    from kbert.backend.distribute import is_chief
 
     name, info = recipe(task)
     os.makedirs(out, exist_ok=True)
@@ -356,13 +356,13 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
 
 
 def write_run_on_chief(out, write):
-    """`kbert.command_outputs.write_run(out, write)` on the chief; the other workers write into a copy, then removed.
+    """`kbert.runs.outputs.write_run(out, write)` on the chief; the other workers write into a copy, then removed.
 
     Every worker runs `write` (saving and evaluating are collective under
     several workers); only the chief's files are kept.
     """
-    from kbert.command_outputs import write_run
-    from kbert.distribute import is_chief, remove_worker_directory, worker_directory
+    from kbert.runs.outputs import write_run
+    from kbert.backend.distribute import is_chief, remove_worker_directory, worker_directory
 
     if is_chief():
         write_run(out, write)
