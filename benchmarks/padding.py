@@ -56,8 +56,8 @@ def main():
     args = parser.parse_args()
 
     import kbert
-    from kbert.runs.fine_tuning import build_task_model, load_split, recipe, take
     from kbert.preprocessing.input_pipeline import task_dataset
+    from kbert.runs.fine_tuning import build_task_model, load_split, recipe, take
 
     _, tokenizer = kbert.load_pretrained("all-minilm-l6-v2")  # bert-base-uncased's vocabulary
     report = {"command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d"),

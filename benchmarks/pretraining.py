@@ -39,8 +39,8 @@ import kbert  # noqa: E402  (before keras: it sets TensorFlow's switches)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kbert.io.atomic_files import write_atomically  # noqa: E402
 from kbert.data.paths import data_dir  # noqa: E402
+from kbert.io.atomic_files import write_atomically  # noqa: E402
 
 CORPUS = [
     "wikitext-2-raw/wiki.valid.raw",

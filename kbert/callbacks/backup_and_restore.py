@@ -6,9 +6,9 @@ import re
 
 import keras
 
-from kbert.io.atomic_files import remove_temporary_files, write_atomically
 from kbert.backend import random_state, restore_random_state
 from kbert.backend.distribute import all_workers, is_chief, model_strategy, remove_worker_directory, worker_directory
+from kbert.io.atomic_files import remove_temporary_files, write_atomically
 from kbert.models.optimization import batches_trained
 
 # `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the

@@ -6,8 +6,8 @@ import string
 
 import keras
 
-from kbert.io.atomic_files import TEMPORARY_PREFIX, remove_temporary_files
 from kbert.backend.distribute import is_chief, model_strategy, write_on_chief
+from kbert.io.atomic_files import TEMPORARY_PREFIX, remove_temporary_files
 
 
 class ModelCheckpoint(keras.callbacks.ModelCheckpoint):

@@ -195,9 +195,9 @@ def _pretrain(args):
     import keras
 
     import kbert
-    from kbert.io.atomic_files import remove_temporary_files
-    from kbert.data.pretraining import prepared_folder, read_metadata
     from kbert.backend.distribute import is_chief, write_on_chief
+    from kbert.data.pretraining import prepared_folder, read_metadata
+    from kbert.io.atomic_files import remove_temporary_files
 
     out_dir = Path(args.out)
     # Segment pairs written by `kbert prepare-pretraining`, or text files.

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from kbert.io.atomic_files import contains_path, make_folder_beside
 from kbert.data.corpus_progress import Progress, end_pass, reading_line
 from kbert.data.documents import corpus_files
 from kbert.data.pretraining_settings import PretrainingSettings
 from kbert.data.text_pairs import TextPairs
+from kbert.io.atomic_files import contains_path, make_folder_beside
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
 
 METADATA_FILE = "metadata.json"

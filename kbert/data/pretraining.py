@@ -28,10 +28,10 @@ from kbert.data.prepared_pairs import (
     read_metadata,
     shard_sizes,
 )
+from kbert.backend.distribute import agreed_seed, is_multi_worker
 from kbert.data.pretraining_batches import EpochCounter, ExampleMaker, pretraining_batches
 from kbert.data.pretraining_settings import PretrainingSettings
 from kbert.data.text_pairs import TextPairs, corpus_tokenizer
-from kbert.backend.distribute import agreed_seed, is_multi_worker
 
 # The names this module has always offered; most are defined beside it.
 __all__ = [

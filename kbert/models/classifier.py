@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 
-from kbert.metrics.classification import classification_report
 from kbert.backend.model_inputs import is_token_ids
+from kbert.metrics.classification import classification_report
 from kbert.models.task_model import (
     TaskModel,
     deprecated,

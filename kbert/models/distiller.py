@@ -6,9 +6,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from kbert.io.atomic_files import SavesAtomically
-from kbert.compression.distillation_loss import distillation_loss
 from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
+from kbert.compression.distillation_loss import distillation_loss
+from kbert.io.atomic_files import SavesAtomically
 from kbert.models.classifier import Classifier
 from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice

@@ -5,8 +5,8 @@ import numbers
 import keras
 import keras_hub
 
-from kbert.io.atomic_files import SavesAtomically
 from kbert.backend import LayersBeforeInit
+from kbert.io.atomic_files import SavesAtomically
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.models.presets import preset_config
 

@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.models.pretrainer import Pretrainer
-from kbert.preprocessing.preprocessor import Preprocessor
 from kbert.preprocessing.base_tokenizer import BaseTokenizer
+from kbert.preprocessing.preprocessor import Preprocessor
 from kbert.preprocessing.tokenizer_choice import tokenizer_from_vocabulary
 
 

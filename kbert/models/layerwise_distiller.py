@@ -2,8 +2,8 @@
 
 import keras
 
-from kbert.io.atomic_files import SavesAtomically
 from kbert.backend import UntrackedStepState, build_before_first_step
+from kbert.io.atomic_files import SavesAtomically
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
     check_layer_map,

@@ -3,16 +3,16 @@
 import keras
 import keras_hub
 
-from kbert.io.atomic_files import SavesAtomically
 from kbert.backend import LayersBeforeInit, UntrackedStepState, compile_transformer_blocks
-from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.backend.distribute import MultiWorkerFit, distributed_stream, model_strategy
 from kbert.backend.model_inputs import known_steps
-from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
-from kbert.models.task_model import FreezesUnusedPooler
-from kbert.models.optimization import batches_trained, bert_adamw, start_schedule_window, with_loss_scaling
-from kbert.preprocessing.sentence_pair_builder import resolve_objective
 from kbert.backend.tensorflow_support import is_tf_dataset
+from kbert.compression.keep_sparsity import with_sparsity_kept
+from kbert.io.atomic_files import SavesAtomically
+from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
+from kbert.models.optimization import batches_trained, bert_adamw, start_schedule_window, with_loss_scaling
+from kbert.models.task_model import FreezesUnusedPooler
+from kbert.preprocessing.sentence_pair_builder import resolve_objective
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
 NEXT_SENTENCE_LABELS = ("IsNext", "NotNext")

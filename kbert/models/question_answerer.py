@@ -3,10 +3,10 @@
 import keras
 import numpy as np
 
-from kbert.metrics.squad import squad_scores
 from kbert.backend.model_inputs import is_token_ids
-from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
 from kbert.backend.tensorflow_support import require_tensorflow
+from kbert.metrics.squad import squad_scores
+from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
 
 
 @keras.saving.register_keras_serializable(package="kbert")

@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 
-from kbert.metrics.entity_f1 import entity_scores
 from kbert.backend.model_inputs import is_token_ids
+from kbert.metrics.entity_f1 import entity_scores
 from kbert.models.task_model import (
     TaskModel,
     deprecated,

@@ -7,8 +7,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
 from kbert.io.text_files import read_text_lines
+from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)

@@ -8,9 +8,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer
 from kbert.io.progress_bar import progress_bar
 from kbert.io.text_files import read_text_lines
+from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 # The text tokenized at a time while counting words.
 _BATCH_BYTES = 1 << 20

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from kbert.io.atomic_files import json_text, write_text
-from kbert.runs.outputs import clean_run_folder, write_run
 from kbert.runs.fine_tuning import evaluate_task, load_split, recipe, take
+from kbert.runs.outputs import clean_run_folder, write_run
 
 STUDENT_LAYERS_PREFIX = "layers:"
 

@@ -276,10 +276,10 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     import keras
 
     import kbert
-    from kbert.io.atomic_files import json_text, write_text
-    from kbert.checkpoints.encoder_argument import pretraining_run_files
-    from kbert.runs.outputs import clean_run_folder
     from kbert.backend.distribute import is_chief
+    from kbert.checkpoints.encoder_argument import pretraining_run_files
+    from kbert.io.atomic_files import json_text, write_text
+    from kbert.runs.outputs import clean_run_folder
 
     name, info = recipe(task)
     os.makedirs(out, exist_ok=True)
@@ -361,8 +361,8 @@ def write_run_on_chief(out, write):
     Every worker runs `write` (saving and evaluating are collective under
     several workers); only the chief's files are kept.
     """
-    from kbert.runs.outputs import write_run
     from kbert.backend.distribute import is_chief, remove_worker_directory, worker_directory
+    from kbert.runs.outputs import write_run
 
     if is_chief():
         write_run(out, write)

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbert.data.pretraining import prepare_pretraining_data
 from kbert.backend.distribute import make_strategy, read_tf_config, wait_for_workers
+from kbert.data.pretraining import prepare_pretraining_data
 from tests.models.pretraining_run import VOCABULARY, write_corpus
 
 SCRIPT = Path(__file__).parent / "distribute_run.py"
