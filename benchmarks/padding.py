@@ -57,7 +57,7 @@ def main():
 
     import kbert
     from kbert.preprocessing.input_pipeline import task_dataset
-    from kbert.runs.fine_tuning import build_task_model, load_split, recipe, take
+    from kbert.runs.fine_tuning import build_task_model, load_split, recipe, sample_examples
 
     _, tokenizer = kbert.load_pretrained("all-minilm-l6-v2")  # bert-base-uncased's vocabulary
     report = {"command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d"),
@@ -65,7 +65,7 @@ def main():
     for task in args.tasks:
         name, info = recipe(task)
         model = build_task_model(name, "tiny", tokenizer)
-        x, y = take(*load_split(name, info.splits[0]), args.max_examples, seed=0)
+        x, y = sample_examples(*load_split(name, info.splits[0]), args.max_examples, seed=0)
         batches = task_dataset(model.preprocessor, x, y, batch_size=BATCH_SIZE, shuffle=True, seed=0)
         lengths = []  # the real lengths of each batch's rows
         for features, *_ in batches:

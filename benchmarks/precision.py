@@ -25,7 +25,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kbert.io.atomic_files import write_atomically  # noqa: E402
-from kbert.runs.fine_tuning import take  # noqa: E402
+from kbert.runs.fine_tuning import sample_examples  # noqa: E402
 
 PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
@@ -47,7 +47,7 @@ def main():
     report = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
               "cpus": os.cpu_count(), "runs": []}
     for seed in args.seeds:
-        texts, labels = take(train_texts, train_labels, args.examples, seed)
+        texts, labels = sample_examples(train_texts, train_labels, args.examples, seed)
         for precision in args.precisions:
             keras.utils.set_random_seed(seed)
             model = kbert.classifier(args.encoder, num_classes=2, sequence_length=args.sequence_length,

@@ -89,12 +89,12 @@ def side_by_side(args):
 
     import kbert
     from kbert.checkpoints.loading import resolve_checkpoint
-    from kbert.runs.fine_tuning import load_split, take
+    from kbert.runs.fine_tuning import load_split, sample_examples
 
     budget = PEER_QUICK if args.quick else PEER
     (train_x, train_y), (eval_x, eval_y) = (load_split("sst2", "train"), load_split("sst2", "dev"))
-    train_x, train_y = take(train_x, train_y, budget["examples"], args.seed)
-    eval_x, eval_y = take(eval_x, eval_y, budget["eval_examples"], args.seed)
+    train_x, train_y = sample_examples(train_x, train_y, budget["examples"], args.seed)
+    eval_x, eval_y = sample_examples(eval_x, eval_y, budget["eval_examples"], args.seed)
 
     keras.utils.set_random_seed(args.seed)
     model = kbert.classifier(args.encoder, num_classes=2, sequence_length=budget["sequence_length"])

@@ -210,9 +210,9 @@ def cpu_name():
 def write_fine_tune_data(folder):
     """A fixed shuffled sample of SST-2 training sentences, as JSON every worker reads."""
     from kbert.checkpoints.loading import resolve_checkpoint
-    from kbert.runs.fine_tuning import load_split, take
+    from kbert.runs.fine_tuning import load_split, sample_examples
 
-    texts, labels = take(*load_split("sst2", "train"), FINE_TUNE_EXAMPLES, 0)
+    texts, labels = sample_examples(*load_split("sst2", "train"), FINE_TUNE_EXAMPLES, 0)
     path = os.path.join(folder, "sst2.json")
     Path(path).write_text(json.dumps({"texts": list(texts), "labels": [int(y) for y in labels]}))
     vocabulary = os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt")

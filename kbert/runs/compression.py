@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from kbert.io.atomic_files import json_text, write_text
-from kbert.runs.fine_tuning import evaluate_task, load_split, recipe, take
+from kbert.runs.fine_tuning import evaluate_task, load_split, recipe, sample_examples
 from kbert.runs.outputs import clean_run_folder, write_run
 
 STUDENT_LAYERS_PREFIX = "layers:"
@@ -86,7 +86,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
                 "max_examples": max_examples, "seed": seed}
     keras.utils.set_random_seed(seed)
     all_x, all_y = load_split(name, info.splits[0])
-    x, y = take(all_x, all_y, max_examples, seed)
+    x, y = sample_examples(all_x, all_y, max_examples, seed)
     transfer = _transfer_set(all_x, len(all_y), max_examples, transfer_examples, unlabeled, seed)
     log_dir = os.path.join(out, "tensorboard")
     encoder = student_encoder(student, teacher, seed)
@@ -108,7 +108,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
                              os.path.join(log_dir, "layerwise"), verbose, epochs=layerwise_epochs)
     distiller = kbert.Distiller(teacher, encoder, temperature=temperature, alpha=alpha)
     distiller.compile(learning_rate=learning_rate)
-    validation = take(*load_split(name, info.fit_validation_split), max_eval_examples)
+    validation = sample_examples(*load_split(name, info.fit_validation_split), max_eval_examples)
     history = distiller.fit(
         x, y, unlabeled=transfer if transfer_count else None, epochs=epochs, batch_size=batch_size,
         verbose=verbose, validation_data=validation,
@@ -157,18 +157,18 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
                 "scope": scope, "rewind": rewind, "epochs": epochs, "batch_size": batch_size,
                 "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
     keras.utils.set_random_seed(seed)
-    x, y = take(*load_split(name, info.splits[0]), max_examples, seed)
+    x, y = sample_examples(*load_split(name, info.splits[0]), max_examples, seed)
     parameters_before = model.count_params()
     start = time.time()
     if heads:
-        sample_x, sample_y = take(x, y, importance_examples, seed)
+        sample_x, sample_y = sample_examples(x, y, importance_examples, seed)
         importance = kbert.compression.head_importance(model, sample_x, sample_y, batch_size=batch_size)
         model = kbert.prune_heads(model, fraction=heads, importance=importance)
     callbacks = [kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50)]
     if sparsity:
         callbacks.append(kbert.MagnitudePruning(sparsity, scope=scope, rewind=rewind))
     model.compile(learning_rate=learning_rate)
-    validation = take(*load_split(name, info.fit_validation_split), max_eval_examples)
+    validation = sample_examples(*load_split(name, info.fit_validation_split), max_eval_examples)
     model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=verbose, validation_data=validation,
               callbacks=callbacks)
     seconds = time.time() - start
@@ -223,7 +223,7 @@ def read_text_lines(files):
 
 def _transfer_set(all_x, size, max_examples, count, unlabeled, seed):
     """Texts (or text pairs) for the transfer set: training examples outside the labelled subset, and `unlabeled`."""
-    # The examples `take(all_x, all_y, max_examples, seed)` did not choose.
+    # The examples `sample_examples(all_x, all_y, max_examples, seed)` did not choose.
     labelled = set(range(size)) if max_examples is None or max_examples >= size else set(
         np.random.default_rng(seed).permutation(size)[:max_examples].tolist()
     )

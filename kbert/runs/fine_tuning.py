@@ -140,7 +140,7 @@ def load_split(task, split, source="local"):
     return data.load_conll2003(split)
 
 
-def take(x, y, count, seed=0):
+def sample_examples(x, y, count, seed=0):
     """A seeded random subset of `count` examples (all of them when `count` is None)."""
     size = len(y) if y is not None else len(x)
     if count is None or count >= size:
@@ -188,7 +188,7 @@ def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, s
     """The task's metrics of a fitted model on one split (default: the task's evaluation split)."""
     name, info = recipe(task)
     split = split or info.eval_split
-    x, y = take(*load_split(name, split, source), max_examples)
+    x, y = sample_examples(*load_split(name, split, source), max_examples)
     arguments = dict(info.report_arguments)
     report = model.evaluate_report(x, y, batch_size=batch_size, **arguments)
     result = {"task": name, "split": split, "source": source, "examples": len(y) if y is not None else len(x)}
@@ -243,9 +243,10 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     a cased `vocabulary` (or a pretraining run's cased vocab.txt).
 
     `source` is where the data comes from: "local" (the canonical files) or
-    "tfds" (TensorFlow Datasets; see `load_split`). `fit` validates on the task's dev split (`Recipe.fit_validation_split`:
-    the evaluation split, or SICK's trial and CoNLL-2003's dev split), on the
-    same seeded subset of `max_eval_examples` that the evaluation takes.
+    "tfds" (TensorFlow Datasets; see `load_split`). `fit` validates on the
+    task's dev split (`Recipe.fit_validation_split`: the evaluation split,
+    or SICK's trial and CoNLL-2003's dev split), on the same seeded subset
+    of `max_eval_examples` that the evaluation takes.
     `attention_dropout`, when given, replaces the encoder's dropout rate of
     attention probabilities (see `kbert.Encoder`).
 
@@ -304,9 +305,9 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     schedule = getattr(model.optimizer, "_learning_rate", None)
     # The rate used, also when it is the model's default for the encoder width.
     settings["learning_rate"] = getattr(schedule, "peak_learning_rate", learning_rate)
-    x, y = take(*load_split(name, info.splits[0], source), max_examples, seed)
-    validation_x, validation_y = take(*load_split(name, info.fit_validation_split, source),
-                                      max_eval_examples)
+    x, y = sample_examples(*load_split(name, info.splits[0], source), max_examples, seed)
+    validation_x, validation_y = sample_examples(*load_split(name, info.fit_validation_split, source),
+                                                 max_eval_examples)
     log_dir = os.path.join(out, "tensorboard")
     hparams = kbert.callbacks.HParamsLogger(
         log_dir, settings, headline=score_name(info.eval_split, info.metric, positive_class(info)))

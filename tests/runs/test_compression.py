@@ -6,13 +6,13 @@ import kbert
 import kbert.runs.compression
 from kbert import cli
 from kbert.runs.compression import _transfer_set, distill_task
-from kbert.runs.fine_tuning import DEFAULT_VOCABULARY_CHECKPOINT, load_split, take
+from kbert.runs.fine_tuning import DEFAULT_VOCABULARY_CHECKPOINT, load_split, sample_examples
 from tests.test_case import TINY_VOCABULARY
 
 
 def test_the_transfer_set_holds_training_examples_outside_the_labelled_subset():
     texts = [f"text {i}" for i in range(50)]
-    labelled, _ = take(texts, [0] * 50, 20, seed=3)
+    labelled, _ = sample_examples(texts, [0] * 50, 20, seed=3)
     transfer = _transfer_set(texts, 50, 20, 10, None, seed=3)
     assert len(transfer) == 10 and not set(transfer) & set(labelled)
     # Pairs keep their two sides together, chosen the same way.
@@ -24,7 +24,7 @@ def test_distilling_a_pair_classifier_with_a_transfer_set_and_layerwise_stage(tm
     _, tokenizer = kbert.load_pretrained(DEFAULT_VOCABULARY_CHECKPOINT)
     teacher = kbert.classifier("tiny", num_classes=2, vocabulary=tokenizer, sequence_length=32, num_layers=2,
                                hidden_dim=16, num_heads=2, intermediate_dim=32)
-    teacher.fit(*take(*load_split("rte", "train"), 32), epochs=1, verbose=0)
+    teacher.fit(*sample_examples(*load_split("rte", "train"), 32), epochs=1, verbose=0)
     result = distill_task("rte", teacher, str(tmp_path), student="layers:1", transfer_examples=16,
                           layerwise_epochs=1, epochs=1, max_examples=32, max_eval_examples=16, verbose=0)
     assert result["budget"] == {"labelled_examples": 32, "transfer_examples": 16}
