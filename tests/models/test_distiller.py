@@ -59,7 +59,9 @@ def test_student_learns_the_teachers_decision_from_its_predictions_alone(teacher
     distiller = kbert.Distiller(teacher, student_encoder, temperature=2.0, alpha=1.0)
     assert isinstance(distiller.student, kbert.Classifier) and distiller.student.encoder is student_encoder
     assert distiller.student.class_names == teacher.class_names
-    distiller.compile(learning_rate=3e-3)
+    # At this rate the student follows the teacher within 8 epochs on each backend
+    # (seeds 0 and 1 tried); at 3e-3, how far it gets depends on the seed.
+    distiller.compile(learning_rate=1e-2)
     before = mean_kl(distiller.student, teacher, UNSEEN)
     # No labels at all: the teacher's predictions are the only targets.
     history = distiller.fit(unlabeled=TEXTS, batch_size=8, epochs=8, verbose=0).history
