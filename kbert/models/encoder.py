@@ -145,34 +145,9 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         attention_dropout = dropout if attention_dropout is None else attention_dropout
         embedding_size = hidden_dim if embedding_size is None else embedding_size
         num_groups = num_layers if num_groups is None else num_groups
-        for name, value in [
-            ("vocabulary_size", vocabulary_size),
-            ("num_layers", num_layers),
-            ("hidden_dim", hidden_dim),
-            ("num_heads", num_heads),
-            ("intermediate_dim", intermediate_dim),
-            ("max_sequence_length", max_sequence_length),
-            ("num_segments", num_segments),
-            ("embedding_size", embedding_size),
-            ("num_groups", num_groups),
-            ("num_inner_repetitions", num_inner_repetitions),
-        ]:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        if num_layers % num_groups:
-            raise ValueError(
-                f"`num_groups` ({num_groups}) must divide `num_layers` ({num_layers}): each group "
-                "is an equal run of layers."
-            )
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
-        if hidden_dim % num_heads:
-            raise ValueError(
-                f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
-            )
-        for name, rate in [("dropout", dropout), ("attention_dropout", attention_dropout)]:
-            if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
+        _check_arguments(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, max_sequence_length,
+                         num_segments, embedding_size, num_groups, num_inner_repetitions, activation, dropout,
+                         attention_dropout)
         shared = num_groups != num_layers or num_inner_repetitions != 1
         if heads_per_layer is not None:
             heads_per_layer = _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared)
@@ -454,6 +429,40 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _check_arguments(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, max_sequence_length,
+                     num_segments, embedding_size, num_groups, num_inner_repetitions, activation, dropout,
+                     attention_dropout):
+    """Raises a ValueError naming the first `Encoder` argument out of its range."""
+    for name, value in [
+        ("vocabulary_size", vocabulary_size),
+        ("num_layers", num_layers),
+        ("hidden_dim", hidden_dim),
+        ("num_heads", num_heads),
+        ("intermediate_dim", intermediate_dim),
+        ("max_sequence_length", max_sequence_length),
+        ("num_segments", num_segments),
+        ("embedding_size", embedding_size),
+        ("num_groups", num_groups),
+        ("num_inner_repetitions", num_inner_repetitions),
+    ]:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if num_layers % num_groups:
+        raise ValueError(
+            f"`num_groups` ({num_groups}) must divide `num_layers` ({num_layers}): each group "
+            "is an equal run of layers."
+        )
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
+        )
+    for name, rate in [("dropout", dropout), ("attention_dropout", attention_dropout)]:
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
+            raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
 
 
 def _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared):
