@@ -288,7 +288,7 @@ def run_cli(*arguments, kill_at_step=None):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parent / "models" / "pretraining_run.py"
+    script = Path(__file__).parent.parent / "models" / "pretraining_run.py"
     kill = () if kill_at_step is None else ("--kill-at-step", str(kill_at_step))
     return subprocess.run([sys.executable, str(script), "cli", *kill, *arguments],
                           capture_output=True, text=True, timeout=300)
