@@ -35,6 +35,8 @@ The decisions around the backend have a module each here too:
 
 import importlib
 
+from kbert.backend.selection import BACKENDS
+
 # The names each backend's module gives (`kbert.backend.tensorflow`, `.jax`, `.torch`).
 _SEAM = (
     "COMPILES_EACH_SHAPE",
@@ -53,7 +55,7 @@ def keras_backend():
     import keras
 
     backend = keras.config.backend()
-    if backend not in ("tensorflow", "jax", "torch"):
+    if backend not in BACKENDS:
         raise ImportError(
             f"kbert runs on Keras' tensorflow, jax and torch backends, not {backend!r}: set "
             "KERAS_BACKEND to one of them."
