@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from kbert.backend.distribute import agreed_seed, is_multi_worker
 from kbert.data.prepared_pairs import (
     FORMAT,
     METADATA_FILE,
@@ -28,7 +29,6 @@ from kbert.data.prepared_pairs import (
     read_metadata,
     shard_sizes,
 )
-from kbert.backend.distribute import agreed_seed, is_multi_worker
 from kbert.data.pretraining_batches import EpochCounter, ExampleMaker, pretraining_batches
 from kbert.data.pretraining_settings import PretrainingSettings
 from kbert.data.text_pairs import TextPairs, corpus_tokenizer

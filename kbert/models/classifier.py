@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from kbert.backend.model_inputs import is_token_ids
+from kbert.backend.tensorflow_support import is_tf_dataset
 from kbert.metrics.classification import classification_report
 from kbert.models.task_model import (
     TaskModel,
@@ -12,7 +13,6 @@ from kbert.models.task_model import (
     head_setting,
     output_head,
 )
-from kbert.backend.tensorflow_support import is_tf_dataset
 
 
 @keras.saving.register_keras_serializable(package="kbert")

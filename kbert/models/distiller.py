@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
+from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.distillation_loss import distillation_loss
 from kbert.io.atomic_files import SavesAtomically
 from kbert.models.classifier import Classifier
@@ -19,7 +20,6 @@ from kbert.models.optimization import (
     start_schedule_window,
     with_loss_scaling,
 )
-from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 
 # The task models whose outputs are one logit per class: what a student can match.
 TEACHER_CLASSES = (Classifier, MultipleChoice)

@@ -3,14 +3,14 @@
 import keras
 
 from kbert.backend import UntrackedStepState, build_before_first_step
-from kbert.io.atomic_files import SavesAtomically
+from kbert.backend.model_inputs import known_steps
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
     check_layer_map,
     encoder_states,
     masked_mean_squared_error,
 )
-from kbert.backend.model_inputs import known_steps
+from kbert.io.atomic_files import SavesAtomically
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.models.optimization import (
     batches_trained,

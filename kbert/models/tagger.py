@@ -4,6 +4,7 @@ import keras
 import numpy as np
 
 from kbert.backend.model_inputs import is_token_ids
+from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.metrics.entity_f1 import entity_scores
 from kbert.models.task_model import (
     TaskModel,
@@ -13,7 +14,6 @@ from kbert.models.task_model import (
     output_head,
     softmax,
 )
-from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 
 
 @keras.saving.register_keras_serializable(package="kbert")

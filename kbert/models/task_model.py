@@ -8,8 +8,10 @@ import numpy as np
 from kbert.backend import LayersBeforeInit, UntrackedStepState, compile_transformer_blocks
 from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
 from kbert.backend.model_inputs import is_token_ids, known_steps
+from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.io.atomic_files import SavesAtomically
+from kbert.io.progress_bar import progress_bar
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.models.optimization import (
     batches_trained,
@@ -18,8 +20,6 @@ from kbert.models.optimization import (
     start_schedule_window,
     with_loss_scaling,
 )
-from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
-from kbert.io.progress_bar import progress_bar
 
 
 

@@ -6,13 +6,13 @@ import pytest
 import tensorflow as tf
 
 import kbert
+from kbert.models.optimization import WarmupLinearDecay
 from kbert.models.pretrainer import (
     NEXT_SENTENCE_LABELS,
     SENTENCE_ORDER_LABELS,
     Pretrainer,
     default_pretraining_learning_rate,
 )
-from kbert.models.optimization import WarmupLinearDecay
 from tests.test_case import (
     assert_all_close,
     assert_allclose,
