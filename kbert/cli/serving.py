@@ -7,7 +7,10 @@ and run TensorFlow SavedModels.
 import os
 import sys
 
-from kbert.cli.arguments import add_command, positive_int
+from kbert.cli.arguments import add_command, positive_float, positive_int
+
+# The examples `kbert predict` sends to the model at a time.
+PREDICT_BATCH_SIZE = 32
 
 
 def add_commands(commands):
@@ -33,6 +36,12 @@ def add_commands(commands):
                          help="run a SavedModel whose ops are not all on kbert's list of safe ops (one that "
                               "can read or write files, reach the network or run programs): only for a "
                               "model whose source you trust")
+    predict.add_argument("--time-limit", type=positive_float, default=300, metavar="SECONDS",
+                         help="without --trust: the seconds that loading the model, and each batch of "
+                              "texts, may take; past them the command ends (default 300)")
+    predict.add_argument("--memory-limit", type=positive_float, default=8, metavar="GIB",
+                         help="without --trust: the memory the command may hold, in GiB; past it the "
+                              "command ends (default 8)")
 
 
 def _export_folders(args):
@@ -89,11 +98,34 @@ def _predict(args):
         texts += _read_lines(args.file)
     if not texts:
         raise ValueError("Give texts as arguments or with --file.")
-    from kbert.serving import SavedModelPredictor
+    import contextlib
 
-    predictor = SavedModelPredictor(args.saved_model, trust=args.trust)
-    for example in predictor.predict_texts(texts):
-        print(json.dumps(example, ensure_ascii=False))
+    from kbert.serving import SavedModelPredictor
+    from kbert.serving.run_limits import RunLimits
+
+    # The op check keeps an untrusted model from files and the network, not
+    # from the CPU and memory (a loop that never ends is made of safe ops):
+    # loading and each batch get a time limit, the process a memory limit.
+    limits = contextlib.nullcontext() if args.trust else RunLimits(
+        args.time_limit, args.memory_limit * 2**30, lambda limit: _past_limit(args, limit))
+    with limits:
+        predictor = SavedModelPredictor(args.saved_model, trust=args.trust)
+        if len(texts) % predictor.texts_per_example:
+            predictor.predict_texts(texts)  # refused in one line that says what the model takes
+        size = predictor.texts_per_example * PREDICT_BATCH_SIZE
+        for start in range(0, len(texts), size):
+            if not args.trust:
+                limits.restart()
+            for example in predictor.predict_texts(texts[start : start + size]):
+                print(json.dumps(example, ensure_ascii=False), flush=True)
+
+
+def _past_limit(args, limit):
+    flag, amount = {"time": ("--time-limit", f"{args.time_limit:g} s"),
+                    "memory": ("--memory-limit", f"{args.memory_limit:g} GiB")}[limit]
+    return (f"kbert predict: error: {args.saved_model} ran past {flag} ({amount}) and was stopped; an untrusted "
+            f"model can loop or grow without end. Raise {flag}, or pass --trust only for a model whose source "
+            "you trust.")
 
 
 def _argument_bytes(text):

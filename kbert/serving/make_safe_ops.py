@@ -20,7 +20,9 @@ rules, so that each op is there for a reason that can be read here:
    writes included. A few stateless ops still reach outside: they are left
    out by name (`_OUTSIDE`: files, `tf.data`, summaries, debugging, Python,
    networking, devices, checkpoints) or one by one (`_LEFT_OUT`, each with
-   its reason). Ops whose names start with `_` are the runtime's own,
+   its reason). Ops that wait for another op's work (queues, barriers,
+   accumulators, staging areas: `_WAITS`) are left out too: nothing in a
+   served model feeds them, so they would hang the process. Ops whose names start with `_` are the runtime's own,
    never written in a graph by TensorFlow, and are left out.
 2. Stateful ops that only touch the process's own memory, reviewed one by
    one (`_STATEFUL_IN_MEMORY`): variables, function calls and control flow,
@@ -28,8 +30,9 @@ rules, so that each op is there for a reason that can be read here:
    the TF-Text tokenizers, which are built from bytes in the graph.
 
 The saver functions of a TF2 SavedModel use `SaveV2`, `RestoreV2`,
-`MergeV2Checkpoints` and `ShardedFilename`; they are not on this list, and
-the check allows them only there (see `kbert/serving/op_safety.py`).
+`MergeV2Checkpoints` and `ShardedFilename`; they are not on this list. The
+check allows the save ops only where nothing that loads can reach them, and
+`RestoreV2` only in the restore function (see `kbert/serving/op_safety.py`).
 
 Run it with kbert's environment after TensorFlow or TF-Text is upgraded:
 
@@ -47,6 +50,9 @@ _OUTSIDE = re.compile(
     r"Collective|Nccl|TPU|Tpu|Xla|Mlir|DTensor|Infeed|Outfeed|Save|Restore|Load|Snapshot|Sql|LMDB|Sleep|"
     r"Remote|Host"
 )
+# Ops that wait for another op to hand them something: in a model that only
+# serves requests nothing ever does, so they would wait without end.
+_WAITS = re.compile(r"Queue|Barrier|Accumulator|Stage|Notification")
 # Stateless ops that reach outside though their names do not say so.
 _LEFT_OUT = {
     "Abort": "ends the process",
@@ -103,6 +109,7 @@ def safe_ops(registry):
         name for name, op in registry.items()
         if not op.is_stateful and not name.startswith("_") and not _OUTSIDE.search(name) and name not in _LEFT_OUT
     }
+    safe = {name for name in safe if not _WAITS.search(name)}
     return safe | (set(_STATEFUL_IN_MEMORY) & set(registry))
 
 

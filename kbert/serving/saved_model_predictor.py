@@ -62,6 +62,11 @@ class SavedModelPredictor:
         # Texts per example for each input: 1, or the number of choices.
         self._widths = {name: (specs[name].shape[1] if specs[name].shape.rank == 2 else 1) for name in self.inputs}
 
+    @property
+    def texts_per_example(self):
+        """How many texts `predict_texts` groups into one example (2 for a pair classifier)."""
+        return sum(self._widths.values())
+
     def predict_texts(self, texts):
         """Groups a flat list of texts into examples, in `inputs` order, and predicts.
 
@@ -73,7 +78,7 @@ class SavedModelPredictor:
         `text, text_pair`; question answering `question, context`; multiple
         choice `context` then each choice.
         """
-        per_example = sum(self._widths.values())
+        per_example = self.texts_per_example
         if not texts or len(texts) % per_example:
             raise ValueError(
                 f"This model takes {per_example} texts per example ({self._describe()}); got {len(texts)}."
