@@ -50,7 +50,13 @@ class ServingModule(tf.Module):
                 "kbert.export takes a task model (Classifier, Embedder, Tagger, QuestionAnswerer, "
                 f"MultipleChoice), got a {type(model).__name__}."
             )
-        self.model = model
+        # The model is held, not tracked: a tracked Keras model brings its
+        # optimizer (AdamW's two slots per weight, twice the weights) and
+        # its metrics into the SavedModel. The weights and the preprocessor
+        # (its tokenizer's tables) are what serving needs.
+        object.__setattr__(self, "model", model)
+        self.model_weights = list(model.weights)
+        self.preprocessor = preprocessor
         self.text_inputs = preprocessor.serving_inputs(text_pairs)  # fails early on bad text_pairs
         self._vocabulary_folder = tempfile.TemporaryDirectory()
         path = os.path.join(self._vocabulary_folder.name, "vocab.txt")

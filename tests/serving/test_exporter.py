@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -340,3 +341,16 @@ def test_the_export_process_fails_in_one_line_naming_the_file(classifier, tmp_pa
     message = str(caught.value)
     assert "File too large" in message and "\n" not in message and len(message) < 500, message
     assert kbert.serving.versions(str(folder)) == []
+
+
+def test_an_export_of_a_fine_tuned_model_holds_its_weights_and_no_optimizer(exported):
+    # The fitted classifier's AdamW slots are twice its weights; a model server needs none of them.
+    model, path = exported["classifier"]
+    assert int(model.optimizer.iterations.numpy()) > 0 and model.optimizer.variables
+    saved = dict(tf.train.list_variables(os.path.join(path, "variables", "variables")))
+    assert not [name for name in saved if "optimizer" in name]
+    weight_bytes = sum(int(np.prod(weight.shape)) * 4 for weight in model.weights)
+    folder = os.path.join(path, "variables")
+    data = sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder)
+               if name.startswith("variables.data"))
+    assert weight_bytes <= data < 1.2 * weight_bytes + 4096
