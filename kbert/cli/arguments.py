@@ -153,3 +153,36 @@ def positive_int(text):
 
 def non_negative_int(text):
     return _integer(text, 0)
+
+
+def add_data_file_arguments(command, splits):
+    """The flags of a command that reads the user's own labelled files: the files, their columns, the classes.
+
+    `splits` maps each file flag to its help (`{"--train": "..."}`).
+    """
+    group = command.add_argument_group(
+        "your own data", "labelled files: CSV with a header (RFC 4180 quoting), TSV (no quote processing; "
+                         "with a header, or text<TAB>label), or JSON Lines")
+    for flag, help_text in splits.items():
+        group.add_argument(flag, metavar="FILE", help=help_text)
+    group.add_argument("--text-column", help="the column of the texts (default: text, sentence, sentence1, ...)")
+    group.add_argument("--text-pair-column",
+                       help="the column of the second texts of pairs (default: text_pair, sentence2, ...)")
+    group.add_argument("--label-column", help="the column of the labels (default: label, class, ...)")
+    group.add_argument("--id-column", help="a column of example ids (default: id, idx, ...)")
+    return group
+
+
+def data_file_columns(args):
+    """The column flags as `kbert.data.read_labelled_file`'s keyword arguments."""
+    return {"text_column": args.text_column, "text_pair_column": args.text_pair_column,
+            "label_column": args.label_column, "id_column": args.id_column}
+
+
+def class_name_list(text):
+    """`--labels a,b,c`: the class names in id order, each once."""
+    names = [name.strip() for name in text.split(",")]
+    if len(names) < 2 or "" in names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of two or more distinct class names, "
+                                         "separated by commas")
+    return names

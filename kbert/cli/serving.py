@@ -7,7 +7,7 @@ and run TensorFlow SavedModels.
 import os
 import sys
 
-from kbert.cli.arguments import add_command, positive_float, positive_int
+from kbert.cli.arguments import add_command, folder_of_the_out_file, positive_float, positive_int
 
 # The examples `kbert predict` sends to the model at a time.
 PREDICT_BATCH_SIZE = 32
@@ -24,14 +24,26 @@ def add_commands(commands):
     export.add_argument("--texts", choices=("single", "pairs"), default=None,
                         help="for a classifier or embedder: single texts or pairs (default: as trained)")
 
-    predict = add_command(commands, "predict", "run an exported SavedModel on texts (one JSON line each)",
-                          _predict, check=_check_predict, backend="tensorflow")
-    predict.add_argument("saved_model", help="a model folder of versions (saved_models/spam) or a version folder")
+    predict = add_command(commands, "predict", "run an exported SavedModel or a .keras model on texts or a "
+                          "file (one JSON line each)", _predict, check=_check_predict, backend="tensorflow",
+                          output_folders=folder_of_the_out_file)
+    predict.add_argument("saved_model", metavar="MODEL",
+                         help="a model folder of versions (saved_models/spam), a version folder, or a task "
+                              "model's .keras file")
     predict.add_argument("texts", nargs="*", help="texts, grouped per example in the model's input order: "
                                                   "text [text_pair] | question context | context choice...")
-    predict.add_argument("--file", help="read the texts from this file, one per line, after any "
-                                        "given as arguments ('-': standard input); bytes are sent "
-                                        "as they are, whatever their encoding")
+    predict.add_argument("--file", help="a CSV, TSV or JSON Lines file of examples (columns as for kbert train; "
+                                        "an id column is kept), or any other file of texts, one per line, "
+                                        "after any given as arguments ('-': standard input; bytes are sent "
+                                        "as they are, whatever their encoding)")
+    predict.add_argument("--out", help="write the predictions to this JSON Lines file (written whole or not "
+                                       "at all), with progress on the terminal; default: standard output")
+    predict.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    columns = predict.add_argument_group("the columns of a --file of examples")
+    columns.add_argument("--text-column", help="the texts, or questions (default: text, sentence, ...)")
+    columns.add_argument("--text-pair-column",
+                         help="the second texts of pairs, or contexts (default: text_pair, sentence2, context, ...)")
+    columns.add_argument("--id-column", help="ids to copy into each prediction (default: id, idx, ...)")
     predict.add_argument("--trust", action="store_true",
                          help="run a SavedModel whose ops are not all on kbert's list of safe ops (one that "
                               "can read or write files, reach the network or run programs): only for a "
@@ -56,10 +68,12 @@ def _check_export(args):
 
 
 def _check_predict(args):
-    from kbert.runs.outputs import check_input_file
+    from kbert.runs.outputs import check_input_file, check_output_file
 
     if args.file not in (None, "-"):
         check_input_file(args.file, "--file")
+    if args.out is not None:
+        check_output_file(args.out, "--out", args.overwrite, [args.saved_model, args.file])
 
 
 def _export(args):
@@ -91,16 +105,8 @@ def _export(args):
 
 
 def _predict(args):
-    import json
-
-    texts = [_argument_bytes(text) for text in args.texts]
-    if args.file is not None:
-        texts += _read_lines(args.file)
-    if not texts:
-        raise ValueError("Give texts as arguments or with --file.")
     import contextlib
 
-    from kbert.serving import SavedModelPredictor
     from kbert.serving.run_limits import RunLimits
 
     # The op check keeps an untrusted model from files and the network, not
@@ -109,15 +115,113 @@ def _predict(args):
     limits = contextlib.nullcontext() if args.trust else RunLimits(
         args.time_limit, args.memory_limit * 2**30, lambda limit: _past_limit(args, limit))
     with limits:
-        predictor = SavedModelPredictor(args.saved_model, trust=args.trust)
-        if len(texts) % predictor.texts_per_example:
-            predictor.predict_texts(texts)  # refused in one line that says what the model takes
-        size = predictor.texts_per_example * PREDICT_BATCH_SIZE
-        for start in range(0, len(texts), size):
-            if not args.trust:
-                limits.restart()
-            for example in predictor.predict_texts(texts[start : start + size]):
-                print(json.dumps(example, ensure_ascii=False), flush=True)
+        predictor = _predictor(args)
+        batches = _example_batches(args, predictor)
+        if args.out is None:
+            _write_predictions(predictor, batches, sys.stdout, limits, args.trust)
+            return
+        from kbert.io.atomic_files import write_atomically
+
+        def write(path):
+            with open(path, "w", encoding="utf-8") as file:
+                count = _write_predictions(predictor, batches, file, limits, args.trust, progress=True)
+            print(f"Wrote {count:,} predictions to {args.out}")
+
+        write_atomically(args.out, write)
+
+
+def _predictor(args):
+    from kbert.serving import SavedModelPredictor
+
+    if args.saved_model.endswith(".keras") and os.path.isfile(args.saved_model):
+        import kbert
+
+        return SavedModelPredictor.from_keras_model(kbert.load_model(args.saved_model), args.saved_model)
+    return SavedModelPredictor(args.saved_model, trust=args.trust)
+
+
+# The --file extensions read as files of examples with columns; any other file holds a text a line.
+EXAMPLE_FILES = (".csv", ".tsv", ".jsonl", ".ndjson")
+# A model's inputs, by the roles of a file's columns (`kbert.data.read_labelled_file`).
+_INPUT_ROLES = {"text": "text", "text_pair": "text_pair", "question": "text", "context": "text_pair"}
+
+
+def _example_batches(args, predictor):
+    """Yields `(ids or None, {input: values})` batches of `PREDICT_BATCH_SIZE` examples, streaming."""
+    if args.file not in (None, "-") and os.path.splitext(args.file)[1].lower() in EXAMPLE_FILES:
+        if args.texts:
+            raise ValueError("Give texts as arguments or a --file of examples, not both.")
+        yield from _file_batches(args, predictor)
+        return
+    texts = [_argument_bytes(text) for text in args.texts]
+    if args.file is not None:
+        texts += _read_lines(args.file)
+    if not texts:
+        raise ValueError("Give texts as arguments or with --file.")
+    if len(texts) % predictor.texts_per_example:
+        predictor.predict_texts(texts)  # refused in one line that says what the model takes
+    size = predictor.texts_per_example * PREDICT_BATCH_SIZE
+    for start in range(0, len(texts), size):
+        yield None, predictor.columns_of(texts[start : start + size])
+
+
+def _file_batches(args, predictor):
+    from kbert.data.labelled_file import iter_labelled_records
+
+    unknown = [name for name in predictor.inputs if name not in _INPUT_ROLES]
+    if unknown:
+        raise ValueError(f"{args.saved_model} takes {unknown}; give its examples as texts, a text a line.")
+    records = iter_labelled_records(args.file, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                                    id_column=args.id_column, require_labels=False)
+    wanted = [_INPUT_ROLES[name] for name in predictor.inputs]
+    ids, columns = [], {name: [] for name in predictor.inputs}
+    for line_number, values in records:
+        if ids == [] and not any(columns.values()):
+            _check_columns(args, predictor, records.roles, wanted)
+        ids.append(values.get("id", str(line_number)))
+        for name, role in zip(predictor.inputs, wanted):
+            columns[name].append(values[role])
+        if len(ids) == PREDICT_BATCH_SIZE:
+            yield ids, columns
+            ids, columns = [], {name: [] for name in predictor.inputs}
+    if ids:
+        yield ids, columns
+
+
+def _check_columns(args, predictor, roles, wanted):
+    """A file's columns must be the model's inputs: a pair column for a pair model, and only for one."""
+    names = {"text": "--text-column", "text_pair": "--text-pair-column"}
+    missing = [role for role in wanted if role not in roles]
+    if missing:
+        raise ValueError(f"{args.file}: {args.saved_model} takes {' and '.join(predictor.inputs)}, and no column "
+                         f"is the {missing[0].replace('_', ' ')} by its name; name it with {names[missing[0]]}.")
+    if "text_pair" in roles and "text_pair" not in wanted:
+        raise ValueError(f"{args.file} has pairs (its column {roles['text_pair']!r}), but {args.saved_model} reads "
+                         "single texts.")
+
+
+def _write_predictions(predictor, batches, file, limits, trusted, progress=False):
+    """Writes one JSON line per example (its id first, then the outputs by name); returns how many."""
+    import json
+
+    bar = None
+    if progress:
+        from kbert.io.progress_bar import progress_bar
+
+        bar = progress_bar(None, unit_name="example")
+    count = 0
+    for ids, columns in batches:
+        if not trusted:
+            limits.restart()
+        for index, example in enumerate(predictor.predict(columns)):
+            row = {"id": ids[index]} if ids is not None else {}
+            row.update(sorted(example.items()))
+            file.write(json.dumps(row, ensure_ascii=False) + "\n")
+        count += len(next(iter(columns.values())))
+        file.flush()
+        if bar is not None:
+            bar.update(count)
+    return count
 
 
 def _past_limit(args, limit):

@@ -4,13 +4,17 @@ import os
 
 from kbert.cli.arguments import (
     add_attention_dropout_argument,
+    add_data_file_arguments,
     add_backend_argument,
     add_command,
     add_quiet_argument,
     add_run_folder_arguments,
     add_strategy_arguments,
     add_subset_and_seed_arguments,
+    class_name_list,
+    data_file_columns,
     folder_of_the_out_file,
+    open_fraction,
     positive_float,
     positive_int,
     verbosity,
@@ -21,10 +25,22 @@ def add_commands(commands):
     from kbert.data.tfds_source import SOURCES  # plain Python: no TensorFlow
     from kbert.runs.fine_tuning import RECIPES
 
-    train = add_command(commands, "train", "fine-tune on a task's data set, evaluate, save", _train,
+    train = add_command(commands, "train", "fine-tune on your files or a named data set, evaluate, save", _train,
+                        check=_check_train,
                         interrupted="; run it again to start over (the logs so far are moved aside), or pass "
                                     "another --out.")
-    train.add_argument("task", choices=sorted(RECIPES), help="the data set and its task")
+    train.add_argument("task", nargs="?", choices=sorted(RECIPES),
+                       help="a named data set and its task; or give your own files with --train")
+    add_data_file_arguments(train, {
+        "--train": "train a classifier on this file (its labels: strings or integers)",
+        "--validation": "validate on this file (default: a stratified --validation-split of --train)",
+        "--test": "score the model on this file (default: on the validation data)",
+    })
+    train.add_argument("--labels", type=class_name_list,
+                       help="the class names in id order, comma-separated (default: the training file's "
+                            "labels, integers by value, else sorted)")
+    train.add_argument("--validation-split", type=open_fraction, default=0.1,
+                       help="without --validation: the part of each class of --train to validate on (seeded)")
     train.add_argument("--encoder", default="tiny",
                        help="a preset (tiny ... large), a checkpoint folder or name (all-minilm-l6-v2, "
                             "a Hugging Face id such as bert-base-uncased, a keras-hub preset such as "
@@ -35,7 +51,9 @@ def add_commands(commands):
                        help="keep case and accents: the vocabulary (--vocabulary, or a pretraining "
                             "run's vocab.txt) is cased")
     add_run_folder_arguments(train)
-    train.add_argument("--epochs", type=positive_int, default=3, help="epochs to train")
+    train.add_argument("--epochs", type=positive_int, default=None,
+                       help="epochs to train (default: 3, or more on a small data set: at least 400 "
+                            "updates, at most 20 epochs)")
     train.add_argument("--batch-size", type=positive_int, default=32,
                        help="examples per step, across all replicas and workers")
     train.add_argument("--sequence-length", type=positive_int, default=None,
@@ -56,8 +74,9 @@ def add_commands(commands):
     evaluate = add_command(commands, "evaluate", "a trained task model's metrics on a split", _evaluate,
                            check=_check_evaluate, output_folders=folder_of_the_out_file)
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
-    evaluate.add_argument("--task", required=True, choices=sorted(RECIPES),
-                          help="the data set the model was trained on")
+    evaluate.add_argument("--task", choices=sorted(RECIPES),
+                          help="the named data set the model was trained on")
+    add_data_file_arguments(evaluate, {"--data": "score the model on this labelled file (CSV, TSV, JSONL)"})
     evaluate.add_argument("--split", default=None, help="default: the task's evaluation split")
     evaluate.add_argument("--max-examples", type=positive_int, default=None,
                           help="evaluate on the first this many examples")
@@ -68,9 +87,28 @@ def add_commands(commands):
     add_backend_argument(evaluate)
 
 
+def _check_train(args):
+    from kbert.runs.outputs import check_input_file
+
+    if (args.task is None) == (args.train is None):
+        raise ValueError("Give a named data set (kbert train sst2) or your own file (kbert train --train "
+                         "FILE), not both." if args.task else "Give a named data set (kbert train sst2) or "
+                         "your own file (kbert train --train FILE).")
+    for flag in ("train", "validation", "test"):
+        if getattr(args, flag) is not None:
+            check_input_file(getattr(args, flag), f"--{flag}")
+    if args.task and (args.validation or args.test or args.labels):
+        raise ValueError("--validation, --test and --labels go with --train FILE; a named data set has its own.")
+
+
 def _check_evaluate(args):
     from kbert.runs.outputs import check_input_file, check_output_file
 
+    if (args.task is None) == (args.data is None):
+        raise ValueError("Give the named data set (--task) or a labelled file (--data FILE) to score on"
+                         + (", not both." if args.task else "."))
+    if args.data is not None:
+        check_input_file(args.data, "--data")
     check_input_file(args.model, "MODEL")
     if args.out:
         check_output_file(args.out, "--out", args.overwrite, [args.model])
@@ -88,9 +126,15 @@ def start_run_folder(args, *inputs):
 def _train(args):
     from kbert.runs.fine_tuning import fine_tune
 
+    task = args.task
+    if args.train is not None:
+        from kbert.runs.own_data import read_file_data
+
+        task = read_file_data(args.train, args.validation, args.test, columns=data_file_columns(args),
+                              labels=args.labels, validation_split=args.validation_split, seed=args.seed)
     start_run_folder(args, args.encoder, args.vocabulary)
     result = fine_tune(
-        args.task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
+        task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
         batch_size=args.batch_size, sequence_length=args.sequence_length,
         learning_rate=args.learning_rate, max_examples=args.max_examples,
         max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),
@@ -114,12 +158,35 @@ def _evaluate(args):
     from kbert.runs.fine_tuning import evaluate_task
 
     model = kbert.load_model(args.model)
-    result = evaluate_task(model, args.task, split=args.split, max_examples=args.max_examples,
+    task = args.task
+    if args.data is not None:
+        from kbert.runs.own_data import read_evaluation_file
+
+        task = read_evaluation_file(args.data, model, data_file_columns(args))
+    else:
+        _check_trained_on(args.model, task)
+    result = evaluate_task(model, task, split=args.split, max_examples=args.max_examples,
                            source=args.source)
     print_metrics(result)
     if args.out:
         write_atomically(args.out, lambda path: write_text(path, json_text(result)))
         print(f"Wrote {args.out}")
+
+
+def _check_trained_on(model_path, task):
+    """Refuses to score a model on a named data set when its run folder says it was trained on files."""
+    import json
+
+    metrics = os.path.join(os.path.dirname(os.path.abspath(model_path)), "metrics.json")
+    try:
+        with open(metrics, encoding="utf-8") as file:
+            data = json.load(file).get("data")
+    except (OSError, ValueError, AttributeError):
+        return  # no run folder beside the model: nothing says what it was trained on
+    if isinstance(data, dict):
+        train = data.get("files", {}).get("train", {}).get("path", "files")
+        raise ValueError(f"{model_path} was trained on your own files ({train}), not on {task}; score it on "
+                         "a labelled file with --data FILE.")
 
 
 def print_metrics(result):

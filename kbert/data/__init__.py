@@ -1,4 +1,7 @@
-"""Readers for the NLP data sets used by kbert's tests, tutorials and benchmarks.
+"""Readers of a user's own labelled files, and of the NLP data sets used by kbert's tests, tutorials and benchmarks.
+
+`read_labelled_file` reads CSV, TSV and JSON Lines files of texts (or
+pairs) and labels into what the task models' `fit` takes.
 
 Files are looked up under `data_dir()` (`$KBERT_DATA`, or `shared/data` next
 to the repository), so everything works offline. GLUE, SQuAD v1.1 and
@@ -10,6 +13,7 @@ models, loads TensorFlow when first used.
 
 from kbert.data.conll import CONLL2003_LABELS, CONLL2003_SPLITS, load_conll2003, read_conll
 from kbert.data.glue import GLUE_SPLITS, GLUE_TASKS, load_glue
+from kbert.data.labelled_file import LabelledExamples, read_labelled_file
 from kbert.data.paths import DataFormatError, data_dir, find_data_file
 from kbert.data.sick import SICK_LABEL_NAMES, SICK_SPLITS, load_sick
 from kbert.data.sms_spam import SMS_SPAM_LABEL_NAMES, load_sms_spam, split_sms_spam
@@ -33,6 +37,7 @@ __all__ = [
     "SQUAD_EVAL_ARTICLES",
     "SQUAD_TRAIN_ARTICLES",
     "DataFormatError",
+    "LabelledExamples",
     "data_dir",
     "find_data_file",
     "load_conll2003",
@@ -43,6 +48,7 @@ __all__ = [
     "split_sms_spam",
     "squad_article_split",
     "read_conll",
+    "read_labelled_file",
     "task_dataset",
 ]
 

@@ -1,6 +1,7 @@
 """The classifier's task preprocessor: texts or text pairs in, class probabilities and labels out."""
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from kbert.preprocessing.task_preprocessor import TaskPreprocessor, check_class_ids, probabilities
@@ -49,6 +50,19 @@ class ClassifierPreprocessor(TaskPreprocessor):
         self.class_names = class_names
 
     def check_targets(self, y):
+        """Class ids, or class names where the classifier has them; names the first label that is neither."""
+        y = np.asarray(y)
+        if y.dtype.kind in "USO" and y.size and all(isinstance(label, str) for label in y.reshape(-1)):
+            if not self.class_names:
+                raise ValueError(f"Labels are class names ({str(y.reshape(-1)[0])!r}, ...), but this classifier "
+                                 "has no class_names: give class ids, or build it with class_names=[...].")
+            index = {name: i for i, name in enumerate(self.class_names)}
+            flat = [str(label) for label in y.reshape(-1)]
+            unknown = next((i for i, label in enumerate(flat) if label not in index), None)
+            if unknown is not None:
+                raise ValueError(f"Label {flat[unknown]!r} at index {unknown} is not one of this classifier's "
+                                 f"classes {self.class_names}.")
+            y = np.asarray([index[label] for label in flat], dtype="int32").reshape(y.shape)
         return check_class_ids(y, self.num_classes)
 
     def reverse(self, logits):

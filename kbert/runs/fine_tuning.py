@@ -20,11 +20,15 @@ conll2003   CoNLL-2003 English NER     tagger          test (testb)  entity F1
 except for SICK (its trial split) and CoNLL-2003 (its dev split).
 """
 
+import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
+
+from kbert.runs.own_data import FILE_SEQUENCE_LENGTH, FileData
 
 # The bert-base-uncased vocabulary ships with this checkpoint package.
 DEFAULT_VOCABULARY_CHECKPOINT = "all-minilm-l6-v2"
@@ -95,12 +99,46 @@ def positive_class(info):
 
 
 def recipe(name):
-    """`(name, Recipe)` of a data set name, forgiving case, dashes and underscores."""
+    """`(name, Recipe)` of a data set name, forgiving case, dashes and underscores; `("files", ...)` of a `FileData`."""
+    if isinstance(name, FileData):
+        return FILES, file_recipe(name)
     key = str(name).lower().replace("-", "").replace("_", "")
     for known, found in RECIPES.items():
         if known.replace("_", "") == key:
             return known, found
     raise ValueError(f"Unknown task {name!r}; the tasks are {sorted(RECIPES)}.")
+
+
+# The default recipe's length: at least `DEFAULT_EPOCHS` epochs and
+# `MIN_UPDATE_STEPS` updates, so that a small data set (1,000 sentences make
+# 32 steps an epoch) trains long enough to learn more than its commonest
+# class; at most `MAX_DEFAULT_EPOCHS` epochs (benchmarks/README.rst,
+# "Small data sets").
+DEFAULT_EPOCHS = 3
+MIN_UPDATE_STEPS = 400
+MAX_DEFAULT_EPOCHS = 20
+
+
+def default_epochs(train_examples, batch_size):
+    """The epochs of the default recipe: 3, or more where that makes fewer than `MIN_UPDATE_STEPS` updates.
+
+    >>> default_epochs(67_349, 32), default_epochs(1_500, 32), default_epochs(100, 32)
+    (3, 9, 20)
+    """
+    steps = max(1, math.ceil(train_examples / batch_size))
+    return int(min(MAX_DEFAULT_EPOCHS, max(DEFAULT_EPOCHS, math.ceil(MIN_UPDATE_STEPS / steps))))
+
+
+# The task name of a run on the user's own files (`kbert train --train FILE`).
+FILES = "files"
+
+
+def file_recipe(data):
+    """The recipe of a run on files: a classifier of the files' classes, scored on the test file or validation."""
+    two_classes = len(data.class_names) == 2
+    return _classification(data.splits, data.eval_split, "f1" if two_classes else "accuracy",
+                           FILE_SEQUENCE_LENGTH, data.class_names,
+                           validation_split="validation" if data.validation is not None else None)
 
 
 # The tasks whose data TensorFlow Datasets also has (`load_split(..., source="tfds")`).
@@ -117,6 +155,8 @@ def load_split(task, split, source="local"):
     from kbert import data
 
     name, info = recipe(task)
+    if name == FILES:
+        return task.xy(split)
     if split not in info.splits:
         raise ValueError(f"Task {name!r} has the splits {list(info.splits)}, not {split!r}.")
     if data.tfds_source.check_source(source) == "tfds":
@@ -188,10 +228,12 @@ def evaluate_task(model, task, split=None, max_examples=None, batch_size=None, s
     """The task's metrics of a fitted model on one split (default: the task's evaluation split)."""
     name, info = recipe(task)
     split = split or info.eval_split
-    x, y = sample_examples(*load_split(name, split, source), max_examples)
+    x, y = sample_examples(*load_split(task, split, source), max_examples)
     arguments = dict(info.report_arguments)
     report = model.evaluate_report(x, y, batch_size=batch_size, **arguments)
     result = {"task": name, "split": split, "source": source, "examples": len(y) if y is not None else len(x)}
+    if name == FILES:
+        result["file"] = task.examples(split).path
     if positive_class(info) is not None:
         result["positive_class"] = positive_class(info)  # whose precision, recall and F1 these are
     return {**result, **report}
@@ -234,10 +276,13 @@ def _write_projector(classifier, texts, labels, run_dir, batch_size):
         remove_worker_directory(target, run_dir)
 
 
-def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequence_length=None,
+def fine_tune(task, encoder, out, vocabulary=None, epochs=None, batch_size=32, sequence_length=None,
               learning_rate=None, max_examples=None, max_eval_examples=None, seed=0, verbose=1,
               source="local", attention_dropout=None, lowercase=True):
     """Fine-tunes on a task's training split, evaluates, and writes a run folder.
+
+    `epochs=None` trains `default_epochs` of the training examples: 3, or
+    more on a small data set, for at least `MIN_UPDATE_STEPS` updates.
 
     `lowercase=False` (`kbert train --cased`) keeps the case of the text, for
     a cased `vocabulary` (or a pretraining run's cased vocab.txt).
@@ -283,6 +328,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
     from kbert.runs.outputs import clean_run_folder
 
     name, info = recipe(task)
+    if name == FILES and source != "local":
+        raise ValueError("A run on files reads them; `source` is for the named data sets.")
     os.makedirs(out, exist_ok=True)
     if is_chief():
         clean_run_folder(out)  # what a killed run left (`kbert train` has done so already)
@@ -292,6 +339,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
                 "learning_rate": learning_rate, "max_examples": max_examples,
                 "max_eval_examples": max_eval_examples, "eval_split": info.eval_split, "seed": seed,
                 "source": source}
+    if name == FILES:
+        settings["train_file"] = task.train.path
     keras.utils.set_random_seed(seed)
     vocabulary = _vocabulary_or_default(encoder, vocabulary)
     file_vocabulary = isinstance(vocabulary, (str, os.PathLike, list, tuple)) or pretraining_run_files(encoder)
@@ -299,14 +348,16 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
         raise ValueError(f"--cased applies to a vocabulary file (--vocabulary, or a pretraining run's "
                          f"vocab.txt); {settings['encoder']!r} comes with a vocabulary whose casing is "
                          "fixed: give --vocabulary, or drop --cased.")
-    model = build_task_model(name, encoder, vocabulary, sequence_length, learning_rate, attention_dropout,
+    model = build_task_model(task, encoder, vocabulary, sequence_length, learning_rate, attention_dropout,
                              lowercase)
     settings["attention_dropout"] = model.encoder.attention_dropout
     schedule = getattr(model.optimizer, "_learning_rate", None)
     # The rate used, also when it is the model's default for the encoder width.
     settings["learning_rate"] = getattr(schedule, "peak_learning_rate", learning_rate)
-    x, y = sample_examples(*load_split(name, info.splits[0], source), max_examples, seed)
-    validation_x, validation_y = sample_examples(*load_split(name, info.fit_validation_split, source),
+    x, y = sample_examples(*load_split(task, info.splits[0], source), max_examples, seed)
+    if epochs is None:
+        epochs = settings["epochs"] = default_epochs(len(y) if y is not None else len(x), batch_size)
+    validation_x, validation_y = sample_examples(*load_split(task, info.fit_validation_split, source),
                                                  max_eval_examples)
     log_dir = os.path.join(out, "tensorboard")
     hparams = kbert.callbacks.HParamsLogger(
@@ -334,10 +385,13 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
 
     def write(folder):
         model.save(os.path.join(folder, "model.keras"))
-        metrics = evaluate_task(model, name, max_examples=max_eval_examples, batch_size=batch_size,
+        metrics = evaluate_task(model, task, max_examples=max_eval_examples, batch_size=batch_size,
                                 source=source)
         hparams.log_metrics({score_name(metrics["split"], key, metrics.get("positive_class")): value
                              for key, value in metrics.items() if isinstance(value, float)})
+        warning = one_class_warning(metrics, getattr(model, "class_names", None))
+        if warning:
+            warnings.warn(warning, stacklevel=2)
         if info.builder == "classifier":
             _write_projector(model, validation_x, validation_y, os.path.join(log_dir, "validation"),
                              batch_size)
@@ -348,12 +402,39 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=3, batch_size=32, sequ
             "final_train_loss": float(history.history["loss"][-1]),
             "validation_split": info.fit_validation_split,
             "settings": settings,
+            # What was trained and scored on: paths, sha256, rows and columns, the classes.
+            **({"data": task.record()} if name == FILES else {}),
         })
         write_text(os.path.join(folder, "metrics.json"), json_text(result))
 
     # The model and its metrics replace the folder's earlier run together, or not at all.
     write_run_on_chief(out, write)
     return result
+
+
+def one_class_warning(metrics, class_names=None):
+    """A line saying the model answers one class for everything it was scored on (every word `O`); else None.
+
+    Accuracy can look healthy then (the share of the commonest class), so
+    `kbert train` says it in a warning.
+
+    >>> one_class_warning({"split": "dev", "examples": 4, "confusion_matrix": [[3, 0], [1, 0]]}, ["ham", "spam"])
+    "The model answers 'ham' for all 4 dev examples: it has learnt only the commonest class; train longer (--epochs), at a higher --learning-rate, or on more data."
+    """
+    advice = "train longer (--epochs), at a higher --learning-rate, or on more data."
+    where = f"{metrics.get('split', 'evaluation')} examples"
+    matrix = metrics.get("confusion_matrix")
+    if matrix is not None:
+        predicted = np.asarray(matrix).sum(axis=0)
+        if np.count_nonzero(predicted) == 1 and len(predicted) > 1:
+            answer = int(np.flatnonzero(predicted)[0])
+            name = repr(class_names[answer]) if class_names else f"class {answer}"
+            return (f"The model answers {name} for all {metrics['examples']:,} {where}: it has learnt only the "
+                    f"commonest class; {advice}")
+    if metrics.get("predicted") == 0 and metrics.get("support", 0) > 0:  # entity scores
+        return (f"The model tags no entity in the {metrics['examples']:,} {where} (every word 'O'), where "
+                f"there are {metrics['support']:,}; {advice}")
+    return None
 
 
 def write_run_on_chief(out, write):

@@ -46,14 +46,18 @@ class SavedModelPredictor:
     (['label_ids', 'labels', 'probabilities'], True)
     """
 
-    def __init__(self, path, trust=False):
-        self.path = latest_version(path)
-        if not trust:
-            check_safe_to_load(self.path)
-        self._loaded = tf.saved_model.load(self.path)
-        if SERVING_DEFAULT not in self._loaded.signatures:
-            raise ValueError(f"{self.path} has no '{SERVING_DEFAULT}' signature.")
-        self._signature = self._loaded.signatures[SERVING_DEFAULT]
+    def __init__(self, path, trust=False, _signature=None):
+        if _signature is None:
+            self.path = latest_version(path)
+            if not trust:
+                check_safe_to_load(self.path)
+            self._loaded = tf.saved_model.load(self.path)
+            if SERVING_DEFAULT not in self._loaded.signatures:
+                raise ValueError(f"{self.path} has no '{SERVING_DEFAULT}' signature.")
+            _signature = self._loaded.signatures[SERVING_DEFAULT]
+        else:
+            self.path = path
+        self._signature = _signature
         specs = self._signature.structured_input_signature[1]
         unknown = sorted(set(specs) - set(INPUT_ORDER))
         if unknown:
@@ -61,6 +65,15 @@ class SavedModelPredictor:
         self.inputs = [name for name in INPUT_ORDER if name in specs]
         # Texts per example for each input: 1, or the number of choices.
         self._widths = {name: (specs[name].shape[1] if specs[name].shape.rank == 2 else 1) for name in self.inputs}
+
+    @classmethod
+    def from_keras_model(cls, model, name="the model"):
+        """A predictor of a task model in memory, by the same `serving_default` its export would have."""
+        from kbert.serving.serving_module import ServingModule
+
+        module = ServingModule(model)
+        return cls(name, _signature=_KeywordSignature(module.signatures()[SERVING_DEFAULT],
+                                                      [input_name for input_name, _ in module.text_inputs]))
 
     @property
     def texts_per_example(self):
@@ -78,6 +91,10 @@ class SavedModelPredictor:
         `text, text_pair`; question answering `question, context`; multiple
         choice `context` then each choice.
         """
+        return self.predict(self.columns_of(texts))
+
+    def columns_of(self, texts):
+        """A flat list of texts as `predict`'s `{input name: values}`, grouped per example in `inputs` order."""
         per_example = self.texts_per_example
         if not texts or len(texts) % per_example:
             raise ValueError(
@@ -91,7 +108,7 @@ class SavedModelPredictor:
                 value = texts[position : position + width]
                 columns[name].append(value if self._widths[name] > 1 else value[0])
                 position += width
-        return self.predict(columns)
+        return columns
 
     def predict(self, columns):
         """`columns`: `{input name: list of values}`; returns one dict of outputs per example."""
@@ -104,6 +121,17 @@ class SavedModelPredictor:
 
     def _describe(self):
         return ", ".join(f"{name} x{width}" if width > 1 else name for name, width in self._widths.items())
+
+
+class _KeywordSignature:
+    """A traced `serving_default` (positional inputs) called by input name, as a loaded signature is."""
+
+    def __init__(self, function, names):
+        self._function, self._names = function, names
+        self.structured_input_signature = ((), dict(zip(names, function.structured_input_signature[0])))
+
+    def __call__(self, **tensors):
+        return self._function(*(tensors[name] for name in self._names))
 
 
 def _as_bytes(value):

@@ -271,3 +271,16 @@ def test_evaluate_report_scores_the_predicted_classes():
     assert model.evaluate_report(dataset) == expected
     with pytest.raises(ValueError, match="needs the true labels"):
         model.evaluate_report(TEXTS)
+
+
+@pytest.mark.all_backends
+def test_fit_and_evaluate_take_class_names_where_the_model_has_them():
+    model = tiny_classifier(class_names=["bad", "good"])
+    names = ["good", "bad", "good", "bad"]
+    model.fit(TEXTS, names, epochs=1, verbose=0)
+    assert model.evaluate_report(TEXTS, names)["num_examples"] == 4
+    with pytest.raises(ValueError, match=r"Label 'ugly' at index 1 is not one of this classifier's classes "
+                                         r"\['bad', 'good'\]"):
+        model.fit(TEXTS, ["good", "ugly", "good", "bad"], verbose=0)
+    with pytest.raises(ValueError, match="has no class_names"):
+        tiny_classifier().fit(TEXTS, names, verbose=0)
