@@ -161,8 +161,9 @@ def add_data_file_arguments(command, splits):
     `splits` maps each file flag to its help (`{"--train": "..."}`).
     """
     group = command.add_argument_group(
-        "your own data", "labelled files: CSV with a header (RFC 4180 quoting), TSV (no quote processing; "
-                         "with a header, or text<TAB>label), or JSON Lines")
+        "your own data", "labelled texts as CSV with a header (RFC 4180 quoting), TSV (no quote processing; "
+                         "with a header, or text<TAB>label) or JSON Lines; tagged words as CoNLL column files; "
+                         "questions as SQuAD-format JSON (v1.1, or v2.0 with impossible answers)")
     for flag, help_text in splits.items():
         group.add_argument(flag, metavar="FILE", help=help_text)
     group.add_argument("--text-column", help="the column of the texts (default: text, sentence, sentence1, ...)")

@@ -21,9 +21,21 @@ from kbert.cli.arguments import (
 )
 
 
+def add_conll_arguments(command):
+    from kbert.data.conll import CONLL_SCHEMES
+
+    command.add_argument("--tag-column", type=int, default=-1,
+                         help="of a CoNLL file: the column of the tags, counted from 0 (the word), or from the "
+                              "end when negative (default: the last)")
+    command.add_argument("--scheme", choices=CONLL_SCHEMES, default="auto",
+                         help="of a CoNLL file: its tag scheme (auto: IOB1, IOB2 or BIOES, as the tags say); "
+                              "tags are kept in IOB2")
+
+
 def add_commands(commands):
     from kbert.data.tfds_source import SOURCES  # plain Python: no TensorFlow
     from kbert.runs.fine_tuning import RECIPES
+    from kbert.runs.own_data import TASK_TYPES
 
     train = add_command(commands, "train", "fine-tune on your files or a named data set, evaluate, save", _train,
                         check=_check_train,
@@ -32,13 +44,18 @@ def add_commands(commands):
     train.add_argument("task", nargs="?", choices=sorted(RECIPES),
                        help="a named data set and its task; or give your own files with --train")
     add_data_file_arguments(train, {
-        "--train": "train a classifier on this file (its labels: strings or integers)",
+        "--train": "train on this file: a classifier (labels as strings or integers), a tagger (a CoNLL "
+                   "file, any tag set) or a question answerer (SQuAD-format JSON)",
         "--validation": "validate on this file (default: a stratified --validation-split of --train)",
         "--test": "score the model on this file (default: on the validation data)",
     })
+    train.add_argument("--task-type", choices=TASK_TYPES,
+                       help="what to fit on --train (default: tagging for CoNLL files (.conll, .iob, .bio, ...), "
+                            "question-answering for SQuAD-format .json, else classification)")
     train.add_argument("--labels", type=class_name_list,
-                       help="the class names in id order, comma-separated (default: the training file's "
-                            "labels, integers by value, else sorted)")
+                       help="the class names (or tags) in id order, comma-separated (default: the training "
+                            "file's labels, integers by value, else sorted)")
+    add_conll_arguments(train)
     train.add_argument("--validation-split", type=open_fraction, default=0.1,
                        help="without --validation: the part of each class of --train to validate on (seeded)")
     train.add_argument("--encoder", default="tiny",
@@ -76,7 +93,9 @@ def add_commands(commands):
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
     evaluate.add_argument("--task", choices=sorted(RECIPES),
                           help="the named data set the model was trained on")
-    add_data_file_arguments(evaluate, {"--data": "score the model on this labelled file (CSV, TSV, JSONL)"})
+    add_data_file_arguments(evaluate, {"--data": "score the model on this file of its task: labelled texts (CSV, "
+                                                 "TSV, JSONL), a CoNLL file, or SQuAD-format JSON"})
+    add_conll_arguments(evaluate)
     evaluate.add_argument("--split", default=None, help="default: the task's evaluation split")
     evaluate.add_argument("--max-examples", type=positive_int, default=None,
                           help="evaluate on the first this many examples")
@@ -97,8 +116,9 @@ def _check_train(args):
     for flag in ("train", "validation", "test"):
         if getattr(args, flag) is not None:
             check_input_file(getattr(args, flag), f"--{flag}")
-    if args.task and (args.validation or args.test or args.labels):
-        raise ValueError("--validation, --test and --labels go with --train FILE; a named data set has its own.")
+    if args.task and (args.validation or args.test or args.labels or args.task_type):
+        raise ValueError("--validation, --test, --labels and --task-type go with --train FILE; a named data set "
+                         "has its own.")
 
 
 def _check_evaluate(args):
@@ -131,7 +151,8 @@ def _train(args):
         from kbert.runs.own_data import read_file_data
 
         task = read_file_data(args.train, args.validation, args.test, columns=data_file_columns(args),
-                              labels=args.labels, validation_split=args.validation_split, seed=args.seed)
+                              labels=args.labels, validation_split=args.validation_split, seed=args.seed,
+                              task_type=args.task_type, tag_column=args.tag_column, scheme=args.scheme)
     start_run_folder(args, args.encoder, args.vocabulary)
     result = fine_tune(
         task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
@@ -160,9 +181,9 @@ def _evaluate(args):
     model = kbert.load_model(args.model)
     task = args.task
     if args.data is not None:
-        from kbert.runs.own_data import read_evaluation_file
+        from kbert.runs.own_data import read_evaluation_data
 
-        task = read_evaluation_file(args.data, model, data_file_columns(args))
+        task = read_evaluation_data(args.data, model, data_file_columns(args), args.tag_column, args.scheme)
     else:
         _check_trained_on(args.model, task)
     result = evaluate_task(model, task, split=args.split, max_examples=args.max_examples,

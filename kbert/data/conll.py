@@ -8,7 +8,7 @@ from kbert.io.text_files import DataFormatError, read_text_lines
 
 CONLL2003_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 CONLL2003_SPLITS = {"train": "eng.train", "dev": "eng.testa", "test": "eng.testb"}
-CONLL_SCHEMES = ("iob1", "iob2")
+CONLL_SCHEMES = ("iob1", "iob2", "bioes", "auto")
 
 # The organisers distribute only the annotations; the Reuters text needs a
 # research agreement, so there is no file to fetch.
@@ -66,7 +66,7 @@ def load_conll2003(split, path=None, source="local"):
     return read_conll(path, scheme="iob1", labels=CONLL2003_LABELS, num_columns=4)
 
 
-def read_conll(path, scheme="iob1", labels=None, num_columns=4):
+def read_conll(path, scheme="iob1", labels=None, num_columns=4, tag_column=-1):
     """Reads a CoNLL-format file of tagged words: one word per line.
 
     Each line holds whitespace-separated columns: the word first, the tag
@@ -79,13 +79,20 @@ def read_conll(path, scheme="iob1", labels=None, num_columns=4):
     an `I-TYPE` that does not continue a `TYPE` entity becomes `B-TYPE`. With
     `scheme="iob2"` tags are kept, and an `I-TYPE` that does not continue a
     `TYPE` entity is an error (read such a file as `"iob1"` to repair it).
+    With `scheme="bioes"` (also called IOBES) `S-TYPE`, a one-word entity,
+    becomes `B-TYPE` and `E-TYPE`, an entity's last word, `I-TYPE`.
+    `scheme="auto"` takes any of the three: `S-` and `E-` as in BIOES, an
+    `I-` that starts an entity as in IOB1, which leaves IOB2 as it is.
 
     Args:
         path: the file to read (UTF-8).
-        scheme: `"iob1"` or `"iob2"`, the scheme of the file.
-        labels: optional list of allowed tags; any other tag is an error.
+        scheme: `"iob1"`, `"iob2"`, `"bioes"` or `"auto"`, the scheme of
+            the file.
+        labels: optional list of allowed tags (in IOB2); any other tag is
+            an error.
         num_columns: the columns every word line must have, or None for
             any number from 2 up, the same on every line.
+        tag_column: the column of the tags (default: the last).
 
     Returns:
         `(sentences, tags)`, parallel lists of lists of strings, tags in IOB2.
@@ -135,16 +142,29 @@ def read_conll(path, scheme="iob1", labels=None, num_columns=4):
                 f"expected {shown} space-separated columns (word ... tag), found {len(fields)}"
             )
             raise DataFormatError(path, line_number, problem, line)
-        word, tag = fields[0], fields[-1]
+        if not -len(fields) <= tag_column < len(fields) or tag_column in (0, -len(fields)):
+            raise DataFormatError(path, line_number, f"there is no tag column {tag_column} after the word "
+                                  f"(the line has {len(fields)} columns)", line)
+        word, tag = fields[0], fields[tag_column]
+        if allowed is not None and tag not in allowed and not (scheme in ("bioes", "auto") and tag[:2] in ("S-", "E-")):
+            problem = f"unknown tag {tag!r}, expected one of {list(labels)}"
+            raise DataFormatError(path, line_number, problem, line)
+        prefix, entity_type = _split_tag(tag, bioes=scheme in ("bioes", "auto"))
+        if prefix is None:
+            kinds = "'O', 'B-TYPE', 'I-TYPE', 'E-TYPE' or 'S-TYPE'" if scheme in ("bioes", "auto") else (
+                "'O', 'B-TYPE' or 'I-TYPE'")
+            problem = f"tag {tag!r} is not {kinds}"
+            raise DataFormatError(path, line_number, problem, line)
+        if prefix in ("S", "E"):  # BIOES: a one-word entity starts; an entity's last word continues it
+            prefix, tag = ("B", f"B-{entity_type}") if prefix == "S" else ("I", f"I-{entity_type}")
+            if prefix == "I" and not _continues(sentence_tags, entity_type):
+                problem = f"tag 'E-{entity_type}' ends an entity that did not start"
+                raise DataFormatError(path, line_number, problem, line)
         if allowed is not None and tag not in allowed:
             problem = f"unknown tag {tag!r}, expected one of {list(labels)}"
             raise DataFormatError(path, line_number, problem, line)
-        prefix, entity_type = _split_tag(tag)
-        if prefix is None:
-            problem = f"tag {tag!r} is not 'O', 'B-TYPE' or 'I-TYPE'"
-            raise DataFormatError(path, line_number, problem, line)
         if prefix == "I" and not _continues(sentence_tags, entity_type):
-            if scheme == "iob2":
+            if scheme in ("iob2", "bioes"):
                 previous = sentence_tags[-1] if sentence_tags else "the sentence start"
                 problem = (
                     f"tag {tag!r} after {previous!r} starts an entity, which IOB2 does not "
@@ -188,12 +208,12 @@ def _load_conll2003_tfds(split):
     return sentences, tags
 
 
-def _split_tag(tag):
-    """`("B", "PER")` for "B-PER", `("O", None)` for "O", `(None, None)` if malformed."""
+def _split_tag(tag, bioes=False):
+    """`("B", "PER")` for "B-PER", `("O", None)` for "O", `(None, None)` if malformed; with `bioes`, "S-" and "E-" too."""
     if tag == "O":
         return "O", None
     prefix, dash, entity_type = tag.partition("-")
-    if dash and prefix in ("B", "I") and entity_type:
+    if dash and prefix in (("B", "I", "S", "E") if bioes else ("B", "I")) and entity_type:
         return prefix, entity_type
     return None, None
 

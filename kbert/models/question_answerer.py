@@ -128,7 +128,10 @@ class QuestionAnswerer(TaskModel):
 
     def _validation_dataset(self, validation_data, batch_size):
         pair = isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3)
-        if not (is_token_ids(validation_data) or pair and is_token_ids(validation_data[0])):
+        # Two or three question records are not `(x, y[, weights])`.
+        records = isinstance(validation_data, list) and all(
+            isinstance(record, dict) and "question" in record for record in validation_data)
+        if records or not (is_token_ids(validation_data) or pair and is_token_ids(validation_data[0])):
             require_tensorflow("Raw-text validation data")
             from kbert.preprocessing.question_answerer_preprocessor import QAExamples, is_records
 

@@ -134,11 +134,16 @@ FILES = "files"
 
 
 def file_recipe(data):
-    """The recipe of a run on files: a classifier of the files' classes, scored on the test file or validation."""
+    """The recipe of a run on files, by its task type: scored on the test file, or else on the validation data."""
+    validation = "validation" if data.validation is not None else None
+    if data.task_type == "tagging":
+        return Recipe("tagger", data.splits, data.eval_split, "f1", FILE_SEQUENCE_LENGTH,
+                      (("labels", list(data.class_names)),), validation_split=validation)
+    if data.task_type == "question-answering":
+        return Recipe("question_answerer", data.splits, data.eval_split, "f1", 384, validation_split=validation)
     two_classes = len(data.class_names) == 2
     return _classification(data.splits, data.eval_split, "f1" if two_classes else "accuracy",
-                           FILE_SEQUENCE_LENGTH, data.class_names,
-                           validation_split="validation" if data.validation is not None else None)
+                           FILE_SEQUENCE_LENGTH, data.class_names, validation_split=validation)
 
 
 # The tasks whose data TensorFlow Datasets also has (`load_split(..., source="tfds")`).
@@ -211,7 +216,8 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
     arguments = dict(info.builder_arguments)
     if info.builder == "question_answerer":
         arguments["doc_stride"] = min(128, sequence_length // 2)
-    if info.builder == "tagger":
+        arguments["max_question_length"] = min(64, sequence_length // 2)
+    if info.builder == "tagger" and "labels" not in arguments:
         arguments["labels"] = list(kbert.data.CONLL2003_LABELS)
     if attention_dropout is not None:
         arguments["attention_dropout"] = attention_dropout

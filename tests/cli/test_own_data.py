@@ -12,6 +12,19 @@ from kbert import cli
 SPAM = ["WIN a free prize, call now!", "URGENT: your account\nclaim the cash", 'Click "here" for a free gift']
 HAM = ["see you at 5, ok?", "Lunch tomorrow?\nI'll bring the cake", 'She said "thanks" twice']
 SMALL = ["--encoder", "tiny", "--epochs", "1", "--batch-size", "8", "--sequence-length", "24", "--quiet"]
+# A vocabulary of the words here: BERT's 30,522 would only make each test slower.
+WORDS = ("win a free prize call now urgent your account claim the cash click here for gift see you at ok lunch "
+         "tomorrow i ' ll bring cake she said thanks twice patient anna lee took aspirin 200 mg daily where did cat "
+         "sit on mat who slept dog in garden all afternoon sat hello 5 , . ! ? : \"").split()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def small_vocabulary(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocabulary") / "vocab.txt"
+    path.write_text("\n".join(list(kbert.SPECIAL_TOKENS) + sorted(set(WORDS))) + "\n")
+    SMALL.extend(["--vocabulary", str(path)])
+    yield
+    del SMALL[-2:]
 
 
 def write_csv(path, rows, header=("msg_id", "text", "label")):
@@ -110,3 +123,54 @@ def test_train_explains_what_it_needs_in_one_line(tmp_path, capsys):
     assert cli.main(["train", "--out", str(tmp_path / "run")]) == 2
     assert "kbert train --train FILE" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+TAGGED = [("the", "O"), ("patient", "O"), ("Anna", "B-PER"), ("Lee", "I-PER"), ("took", "O"),
+          ("aspirin", "B-DRUG"), ("200", "B-DOSE"), ("mg", "I-DOSE"), ("daily", "B-FREQ"), (".", "O")]
+
+
+def test_a_two_column_conll_file_with_its_own_tags_trains_evaluates_and_predicts(tmp_path, capsys):
+    sentence = "\n".join(f"{word}\t{tag}" for word, tag in TAGGED)
+    train = tmp_path / "drugs.conll"
+    train.write_text("\n\n".join([sentence] * 12) + "\n")
+    bioes = tmp_path / "test.bioes"  # the same sentence in BIOES: S- a one-word entity, E- an entity's end
+    bioes.write_text(sentence.replace("B-DRUG", "S-DRUG").replace("I-PER", "E-PER").replace("I-DOSE", "E-DOSE")
+                     .replace("B-FREQ", "S-FREQ") + "\n")
+    out = tmp_path / "run"
+    assert cli.main(["train", "--train", str(train), "--test", str(bioes), "--out", str(out), *SMALL]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["task_type"] == "tagging" and metrics["examples"] == 1
+    tags = ["O", "B-DOSE", "I-DOSE", "B-DRUG", "I-DRUG", "B-FREQ", "I-FREQ", "B-PER", "I-PER"]
+    assert metrics["data"]["tags"] == tags and metrics["support"] == 4
+    assert kbert.load_model(str(out / "model.keras")).labels == tags
+    unknown = tmp_path / "other.conll"
+    unknown.write_text("Paris\tB-LOC\n")
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(unknown)]) == 2
+    assert "other.conll, line 1: unknown tag 'B-LOC'" in capsys.readouterr().err
+    texts = write_csv(tmp_path / "texts.csv", [("s1", "Anna Lee took aspirin 200 mg daily .")], header=("id", "text"))
+    assert cli.main(["predict", str(out / "model.keras"), "--file", texts]) == 0
+    [answer] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert answer["id"] == "s1" and answer["words"] == [word for word, _ in TAGGED[2:]]
+    assert set(answer["tags"]) <= set(tags)
+
+
+def test_squad_format_json_from_any_path_trains_and_answers(tmp_path, capsys):
+    context = "The cat sat on the mat. The dog slept in the garden all afternoon."
+    questions = [("Where did the cat sit?", "on the mat"), ("Who slept?", "The dog")]
+    articles = [{"title": f"story {a}", "paragraphs": [{"context": context, "qas": [
+        {"id": f"{a}-{i}", "question": question, "answers": [{"text": answer, "answer_start": context.index(answer)}]}
+        for i, (question, answer) in enumerate(questions)]}]} for a in range(5)]
+    train = tmp_path / "my questions.json"
+    train.write_text(json.dumps({"version": "1.1", "data": articles}))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL, "--sequence-length", "48"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["task_type"] == "question-answering" and "f1" in metrics
+    # Whole articles go to validation: no context is on both sides.
+    assert metrics["data"]["files"]["validation"]["rows"] == 2 and metrics["train_examples"] == 8
+    asked = write_csv(tmp_path / "ask.csv", [("Who slept?", context)], header=("question", "context"))
+    capsys.readouterr()
+    assert cli.main(["predict", str(out / "model.keras"), "--file", asked]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["id"] == "2" and answer["text"] == context[answer["start"]:answer["end"]]
