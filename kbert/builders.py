@@ -52,9 +52,10 @@ def classifier(
     dropout=0.1,
     class_names=None,
     dtype=None,
+    problem_type="single_label",
     **encoder_kwargs,
 ):
-    """A text or text-pair classifier that fits on raw strings.
+    """A text or text-pair classifier (or multi-label classifier, or regressor) that fits on raw strings.
 
     Args:
         encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
@@ -73,6 +74,9 @@ def classifier(
         dropout: dropout before the output layer, and in a preset encoder.
         class_names: optional names of the classes, in id order.
         dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
+        problem_type: `"single_label"` (one class of `num_classes`),
+            `"multi_label"` (any of `num_classes` labels, a sigmoid each) or
+            `"regression"` (a score: `num_classes=1`).
         **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
 
     Returns:
@@ -94,6 +98,7 @@ def classifier(
         preprocessor=preprocessor,
         dropout=dropout,
         class_names=class_names,
+        problem_type=problem_type,
     )
 
 

@@ -13,7 +13,7 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".txt": "tsv", ".jso
 # The column names looked for when none is given, in order of preference.
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "text_a", "premise", "question", "content", "review", "comment")
 TEXT_PAIR_COLUMNS = ("text_pair", "sentence2", "text_b", "hypothesis", "context")
-LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "gold_label", "sentiment", "intent")
+LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "gold_label", "sentiment", "intent", "score")
 ID_COLUMNS = ("id", "idx", "index", "guid")
 # A headerless file: `text<TAB>label`, or `text<TAB>text_pair<TAB>label`.
 _HEADERLESS = {2: ("text", "label"), 3: ("text", "text_pair", "label")}
@@ -61,7 +61,7 @@ class LabelledExamples:
 
 
 def read_labelled_file(path, text_column=None, text_pair_column=None, label_column=None, id_column=None,
-                       file_format=None, header=None, require_labels=True):
+                       file_format=None, header=None, require_labels=True, column_names=None):
     """Reads texts (or pairs), labels and ids from a CSV, TSV or JSON Lines file.
 
     Formats (by extension, or `file_format`):
@@ -92,6 +92,9 @@ def read_labelled_file(path, text_column=None, text_pair_column=None, label_colu
         header: for a TSV file, whether its first row names the columns;
             None decides by whether it names a known column.
         require_labels: False reads a file without labels (for prediction).
+        column_names: the names of a headerless CSV or TSV file's columns
+            (CoLA's `source, label, mark, sentence`); its first row is then
+            data.
 
     Returns:
         `LabelledExamples`.
@@ -107,7 +110,7 @@ def read_labelled_file(path, text_column=None, text_pair_column=None, label_colu
     path = os.fspath(path)
     file_format = _file_format(path, file_format)
     records = iter_labelled_records(path, text_column, text_pair_column, label_column, id_column, file_format,
-                                    header, require_labels)
+                                    header, require_labels, column_names)
     texts, text_pairs, labels, ids, line_numbers = [], [], [], [], []
     for line_number, values in records:
         texts.append(values["text"])
@@ -125,7 +128,7 @@ def read_labelled_file(path, text_column=None, text_pair_column=None, label_colu
 
 
 def iter_labelled_records(path, text_column=None, text_pair_column=None, label_column=None, id_column=None,
-                          file_format=None, header=None, require_labels=True):
+                          file_format=None, header=None, require_labels=True, column_names=None):
     """Streams `(line number, {role: value})` of a labelled file, as `read_labelled_file` reads it.
 
     Roles are "text", "text_pair", "label" and "id"; the iterator's `roles`
@@ -134,18 +137,19 @@ def iter_labelled_records(path, text_column=None, text_pair_column=None, label_c
     Takes `read_labelled_file`'s arguments.
     """
     return _Records(path, text_column, text_pair_column, label_column, id_column, file_format, header,
-                    require_labels)
+                    require_labels, column_names)
 
 
 class _Records:
     def __init__(self, path, text_column=None, text_pair_column=None, label_column=None, id_column=None,
-                 file_format=None, header=None, require_labels=True):
+                 file_format=None, header=None, require_labels=True, column_names=None):
         self.path = os.fspath(path)
         self.file_format = _file_format(self.path, file_format)
         self.wanted = {"text": text_column, "text_pair": text_pair_column, "label": label_column,
                        "id": id_column}
         self.header = header
         self.require_labels = require_labels
+        self.column_names = None if column_names is None else list(column_names)
         self.roles = None
         self._records = self._read()
 
@@ -159,6 +163,8 @@ class _Records:
         path, file_format = self.path, self.file_format
         if file_format == "jsonl":
             rows, columns = _json_rows(path), None
+        elif self.column_names is not None:
+            rows, columns = _csv_rows(path) if file_format == "csv" else _tsv_rows(path), self.column_names
         else:
             rows = _csv_rows(path) if file_format == "csv" else _tsv_rows(path)
             columns, rows = _header(path, rows, file_format, self.wanted, self.header)
@@ -339,9 +345,69 @@ def label_ids(examples, class_names):
 
 
 def label_kind(labels):
-    """`"classification"`, or what kbert cannot fit from a file yet: `"multi-label"` (lists), `"regression"`."""
+    """What the labels ask for: `"multi-label"` (lists), `"regression"` (fractional numbers, or text of them), else `"classification"`.
+
+    >>> label_kind(["spam", "ham"]), label_kind([["a", "b"], []]), label_kind(["3.800", "0.5"]), label_kind(["1", "2"])
+    ('classification', 'multi-label', 'regression', 'classification')
+    """
     if any(isinstance(label, list) for label in labels):
         return "multi-label"
     if any(isinstance(label, float) for label in labels):
         return "regression"
+    if labels and all(isinstance(label, str) and _is_number(label) for label in labels) and not all(
+            _is_integer(label) for label in labels):
+        return "regression"
     return "classification"
+
+
+def label_lists(examples, class_names=None, separators=",|"):
+    """Each example's labels as a list of names: JSON lists as they are, text split at `separators`.
+
+    With `class_names`, a label not among them is an error naming its file and line.
+    """
+    known = None if class_names is None else set(class_names)
+    lists = []
+    for label, line_number in zip(examples.labels, examples.line_numbers):
+        if isinstance(label, list):
+            names = [label_name(item) for item in label]
+        else:
+            text = label_name(label)
+            for separator in separators[1:]:
+                text = text.replace(separator, separators[0])
+            names = [name.strip() for name in text.split(separators[0]) if name.strip()]
+        if known is not None:
+            unknown = [name for name in names if name not in known]
+            if unknown:
+                raise DataFormatError(examples.path, line_number, f"the label {unknown[0]!r} is not one of the "
+                                      f"labels that training saw, {list(class_names)}")
+        lists.append(names)
+    return lists
+
+
+def label_scores(examples):
+    """Each example's label as a number (regression); one that is not a finite number is named with its line."""
+    scores = []
+    for label, line_number in zip(examples.labels, examples.line_numbers):
+        try:
+            score = float(label)
+        except (TypeError, ValueError):
+            score = float("nan")
+        if isinstance(label, bool) or score != score or score in (float("inf"), float("-inf")):
+            raise DataFormatError(examples.path, line_number, f"the label {label_name(label)!r} is not a number")
+        scores.append(score)
+    return scores
+
+
+def _is_number(text):
+    try:
+        return float(text) == float(text)
+    except ValueError:
+        return False
+
+
+def _is_integer(text):
+    try:
+        int(text)
+        return True
+    except ValueError:
+        return False

@@ -101,6 +101,7 @@ def classification_report(labels, predictions, num_classes=None, class_names=Non
         )
     report.update(
         macro_f1=float(f1.mean()),
+        matthews_correlation=matthews_correlation(confusion),
         confusion_matrix=confusion.tolist(),
         per_class={
             name: {
@@ -114,6 +115,23 @@ def classification_report(labels, predictions, num_classes=None, class_names=Non
         num_examples=len(labels),
     )
     return report
+
+
+def matthews_correlation(confusion):
+    """Matthews' correlation coefficient of a confusion matrix (rows true, columns predicted), any number of classes.
+
+    1 is perfect, 0 no better than chance (and the value when every answer
+    is one class), -1 always wrong; GLUE scores CoLA with it. For more than
+    two classes it is Gorodkin's generalization (scikit-learn's too).
+
+    >>> round(matthews_correlation([[5, 1], [2, 4]]), 4)
+    0.5071
+    """
+    confusion = np.asarray(confusion, dtype=np.float64)
+    total, correct = confusion.sum(), np.trace(confusion)
+    true, predicted = confusion.sum(axis=1), confusion.sum(axis=0)
+    denominator = np.sqrt((total**2 - predicted @ predicted) * (total**2 - true @ true))
+    return float((correct * total - predicted @ true) / denominator) if denominator else 0.0
 
 
 def format_classification_report(report, digits=4):

@@ -6,12 +6,15 @@ import numpy as np
 from kbert.backend.model_inputs import is_token_ids
 from kbert.backend.tensorflow_support import is_tf_dataset
 from kbert.metrics.classification import classification_report
+from kbert.metrics.multi_label import multi_label_report
+from kbert.metrics.regression import regression_report
 from kbert.models.task_model import (
     TaskModel,
     deprecated,
     encoder_and_preprocessor,
     head_setting,
     output_head,
+    softmax,
 )
 
 
@@ -68,12 +71,13 @@ class Classifier(TaskModel):
     """
 
     def __init__(self, encoder, num_classes=None, preprocessor=None, dropout=0.1, class_names=None,
-                 text_pairs=None, **kwargs):
+                 text_pairs=None, problem_type=None, **kwargs):
         encoder, preprocessor = encoder_and_preprocessor(
             encoder, preprocessor, _classifier_preprocessor,
-            num_classes=num_classes, class_names=class_names, text_pairs=text_pairs,
+            num_classes=num_classes, class_names=class_names, text_pairs=text_pairs, problem_type=problem_type,
         )
         num_classes = head_setting(preprocessor, "num_classes", num_classes)
+        self._problem_type = head_setting(preprocessor, "problem_type", problem_type or "single_label")
         if preprocessor is None and class_names is not None and len(class_names) != num_classes:
             raise ValueError(f"Got {len(class_names)} class names for {num_classes} classes.")
 
@@ -94,6 +98,27 @@ class Classifier(TaskModel):
         self.compile()
 
     @property
+    def problem_type(self):
+        """"single_label" (softmax over classes), "multi_label" (a sigmoid per label) or "regression"."""
+        return self._problem_type
+
+    def default_loss(self):
+        """Cross-entropy on logits (sparse, or binary per label for multi-label); mean squared error for scores."""
+        if self.problem_type == "multi_label":
+            return keras.losses.BinaryCrossentropy(from_logits=True)
+        if self.problem_type == "regression":
+            return keras.losses.MeanSquaredError()
+        return super().default_loss()
+
+    def default_metrics(self, compile_kwargs):
+        """Accuracy; for multi-label the accuracy of each (example, label) decision; for scores the mean absolute error."""
+        if self.problem_type == "multi_label":
+            return [keras.metrics.BinaryAccuracy("accuracy", threshold=0.0)]  # on logits: probability 0.5
+        if self.problem_type == "regression":
+            return [keras.metrics.MeanAbsoluteError("mean_absolute_error")]
+        return super().default_metrics(compile_kwargs)
+
+    @property
     def num_classes(self):
         return self._num_classes if self.preprocessor is None else self.preprocessor.num_classes
 
@@ -109,6 +134,9 @@ class Classifier(TaskModel):
         (not of `validation_data`).
         """
         if class_weight is not None:
+            if self.problem_type != "single_label":
+                raise ValueError(f"`class_weight` weighs the classes of a single-label classifier, not a "
+                                 f"{self.problem_type} one; give `sample_weight`.")
             if kwargs.get("sample_weight") is not None:
                 raise ValueError("Give `class_weight` or `sample_weight`, not both.")
             class_weight = self._class_weight(class_weight, x, y)
@@ -149,9 +177,57 @@ class Classifier(TaskModel):
         return {i: weights.get(i, 1.0) for i in range(self.num_classes)}
 
     def classify(self, x, batch_size=None, verbose=0):
-        """The class of each text (or pair): its name, or its id when the classes have no names."""
-        ids = self.predict(x, batch_size=batch_size, verbose=verbose).argmax(axis=-1)
+        """The class of each text (or pair): its name, or its id when the classes have no names.
+
+        Multi-label: the list of labels whose probability reaches their
+        threshold. Regression: the score.
+        """
+        scores = self.predict(x, batch_size=batch_size, verbose=verbose)
+        if self.problem_type == "regression":
+            return scores[:, 0].tolist()
+        if self.problem_type == "multi_label":
+            chosen = self._label_mask(scores)
+            names = self.class_names or list(range(self.num_classes))
+            return [[names[i] for i in np.flatnonzero(row)] for row in chosen]
+        ids = scores.argmax(axis=-1)
         return [self.class_names[i] for i in ids] if self.class_names else ids.tolist()
+
+    def predict_proba(self, x, batch_size=None, **kwargs):
+        """Each class's probability: a softmax over the classes, or a sigmoid per label for multi-label."""
+        if self.problem_type == "regression":
+            raise ValueError("A regression classifier gives scores (`predict`, `classify`), not probabilities.")
+        logits = self.predict(x, batch_size=batch_size, **kwargs)
+        if self.problem_type == "multi_label":
+            return (1 / (1 + np.exp(-np.asarray(logits, "float64")))).astype("float32")
+        return softmax(logits)
+
+    def tune_thresholds(self, x, y, batch_size=None, candidates=np.linspace(0.05, 0.95, 19)):
+        """A multi-label classifier's threshold per label, chosen for the best F1 of that label on `(x, y)`.
+
+        Each label's threshold is the candidate with the highest F1 on the
+        given (validation) data; ties go to the one nearest 0.5. Sets and
+        returns them (`preprocessor.thresholds`, saved with the model and
+        used by its export).
+        """
+        if self.problem_type != "multi_label":
+            raise ValueError("Thresholds are tuned for a multi-label classifier.")
+        truth = self._check_labels(y).astype(bool)
+        probabilities = self.predict_proba(x, batch_size=batch_size, verbose=0)
+        chosen = []
+        for label in range(self.num_classes):
+            scores = []
+            for threshold in candidates:
+                predicted = probabilities[:, label] >= threshold
+                correct = np.sum(predicted & truth[:, label])
+                f1 = 2 * correct / max(1, predicted.sum() + truth[:, label].sum())
+                scores.append((f1, -abs(threshold - 0.5), threshold))
+            chosen.append(float(max(scores)[2]))
+        self.preprocessor.set_thresholds(chosen)
+        return chosen
+
+    def _label_mask(self, logits):
+        thresholds = np.asarray(self.preprocessor.thresholds if self.preprocessor is not None else 0.5)
+        return 1 / (1 + np.exp(-np.asarray(logits, "float64"))) >= thresholds
 
     def predict_classes(self, x, batch_size=None, **kwargs):
         """Deprecated: `predict(x).argmax(-1)` gives the class ids, `classify(x)` the classes."""
@@ -159,33 +235,40 @@ class Classifier(TaskModel):
         return self.predict(x, batch_size=batch_size, **kwargs).argmax(axis=-1)
 
     def evaluate_report(self, x, y=None, batch_size=None, positive_class=1):
-        """Accuracy, precision, recall, F1 and the confusion matrix of the predictions on `x`.
+        """The scores of the predictions on `x`, as the task's community reports them.
 
         Takes what `evaluate` takes (texts or text pairs with labels, or a
-        `tf.data.Dataset` of `(texts, labels)`) and returns
-        `kbert.metrics.classification_report` of the predicted classes, with
-        this model's `class_names`. For two classes, `positive_class` (id or
-        name; default 1) is the class whose precision, recall and F1 are
-        reported at the top level.
+        `tf.data.Dataset` of `(texts, labels)`). A single-label classifier
+        gives `kbert.metrics.classification_report` of the predicted classes
+        (accuracy, precision, recall, F1, Matthews' correlation and the
+        confusion matrix), with this model's `class_names`; for two classes,
+        `positive_class` (id or name; default 1) is the class whose
+        precision, recall and F1 are reported at the top level. A
+        multi-label one gives `kbert.metrics.multi_label_report` (micro and
+        macro F1) at its thresholds; a regression one
+        `kbert.metrics.regression_report` (MSE, Pearson, Spearman).
         """
         if y is None and not is_tf_dataset(x):
             raise ValueError("`evaluate_report` needs the true labels: evaluate_report(texts, labels).")
         if is_token_ids(x):
-            predictions = self.predict(x, batch_size=batch_size, verbose=0).argmax(axis=-1)
-            return self._report(y, predictions, positive_class)
-        labels, predictions = [], []
+            return self._report(y, self.predict(x, batch_size=batch_size, verbose=0), positive_class)
+        labels, scores = [], []
         for batch in self._task_dataset(x, y, batch_size=batch_size).as_numpy_iterator():
             if not isinstance(batch, tuple) or len(batch) < 2:
                 raise ValueError("The dataset has no labels; its elements must be (texts, labels).")
             features, batch_labels = batch[0], batch[1]
-            predictions.append(np.asarray(self.predict_on_batch(features)).argmax(axis=-1))
-            labels.append(np.reshape(batch_labels, [-1]))
-        return self._report(np.concatenate(labels), np.concatenate(predictions), positive_class)
+            scores.append(np.asarray(self.predict_on_batch(features)))
+            labels.append(np.asarray(batch_labels))
+        return self._report(np.concatenate(labels), np.concatenate(scores), positive_class)
 
-    def _report(self, labels, predictions, positive_class):
+    def _report(self, labels, scores, positive_class):
+        if self.problem_type == "regression":
+            return regression_report(self._check_labels(labels), scores[:, 0])
+        if self.problem_type == "multi_label":
+            return multi_label_report(self._check_labels(labels), self._label_mask(scores), self.class_names)
         return classification_report(
-            self._check_labels(labels),
-            predictions,
+            self._check_labels(labels).reshape(-1),
+            scores.argmax(axis=-1),
             num_classes=self.num_classes,
             class_names=self.class_names,
             positive_class=positive_class,
@@ -195,6 +278,10 @@ class Classifier(TaskModel):
         """Class ids of `labels` (names or ids), checked by the preprocessor where there is one."""
         if self.preprocessor is not None:
             return self.preprocessor.check_targets(labels)
+        if self.problem_type == "regression":
+            return np.asarray(labels, "float32").reshape(-1)
+        if self.problem_type == "multi_label":
+            return np.asarray(labels, "float32")
         labels = np.asarray(labels).reshape(-1)
         if labels.dtype.kind not in "iub":
             raise ValueError(f"Labels must be integer class ids for a model without a preprocessor, got {labels.dtype}.")
@@ -205,6 +292,8 @@ class Classifier(TaskModel):
         config["dropout"] = self.dropout
         if self.preprocessor is None:  # else the preprocessor holds them
             config.update(num_classes=self.num_classes, class_names=self.class_names)
+            if self.problem_type != "single_label":
+                config["problem_type"] = self.problem_type
         return config
 
 

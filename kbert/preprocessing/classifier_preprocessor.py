@@ -6,6 +6,22 @@ import tensorflow as tf
 
 from kbert.preprocessing.task_preprocessor import TaskPreprocessor, check_class_ids, probabilities
 
+# What a classifier's head answers: one class of several (softmax), any of
+# several labels (a sigmoid each), or a score (regression).
+PROBLEM_TYPES = ("single_label", "multi_label", "regression")
+
+
+def check_scores(y):
+    """Regression targets: finite numbers, as float32; names the first that is not."""
+    try:
+        scores = np.asarray(y, dtype="float32").reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError("Regression targets must be numbers.") from None
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        raise ValueError(f"Regression targets must be finite; {scores[bad[0]]} at index {bad[0]} is not.")
+    return scores
+
 
 @keras.saving.register_keras_serializable(package="kbert")
 class ClassifierPreprocessor(TaskPreprocessor):
@@ -36,37 +52,108 @@ class ClassifierPreprocessor(TaskPreprocessor):
     [b'pos']
     """
 
-    def __init__(self, packer, num_classes, class_names=None, text_pairs=None, **kwargs):
+    def __init__(self, packer, num_classes, class_names=None, text_pairs=None, problem_type="single_label",
+                 thresholds=None, **kwargs):
         super().__init__(packer, text_pairs=text_pairs, **kwargs)
-        if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 2:
-            raise ValueError(f"`num_classes` must be an integer of at least 2, got {num_classes!r}.")
+        if problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"`problem_type` must be one of {PROBLEM_TYPES}, got {problem_type!r}.")
+        least = {"single_label": 2, "multi_label": 1, "regression": 1}[problem_type]
+        if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < least:
+            raise ValueError(f"`num_classes` must be an integer of at least {least}, got {num_classes!r}.")
+        if problem_type == "regression" and num_classes != 1:
+            raise ValueError(f"A regression head has one output (num_classes=1), got {num_classes!r}.")
         if class_names is not None:
             class_names = [str(name) for name in class_names]
             if len(class_names) != num_classes:
                 raise ValueError(
                     f"Got {len(class_names)} class names for {num_classes} classes: {class_names}."
                 )
+            if len(set(class_names)) != len(class_names):
+                raise ValueError(f"The class names repeat a name: {class_names}.")
         self.num_classes = int(num_classes)
         self.class_names = class_names
+        self.problem_type = problem_type
+        self.thresholds = None
+        if problem_type == "multi_label":
+            self.set_thresholds(0.5 if thresholds is None else thresholds)
+        elif thresholds is not None:
+            raise ValueError("`thresholds` are for a multi_label classifier.")
+
+    def set_thresholds(self, thresholds):
+        """A multi-label classifier's probability threshold per label (one number: the same for all)."""
+        values = np.broadcast_to(np.asarray(thresholds, dtype="float64"), [self.num_classes])
+        if not (np.isfinite(values).all() and ((values > 0) & (values < 1)).all()):
+            raise ValueError(f"Thresholds must be between 0 and 1 (both excluded), got {thresholds!r}.")
+        self.thresholds = [float(value) for value in values]
 
     def check_targets(self, y):
-        """Class ids, or class names where the classifier has them; names the first label that is neither."""
+        """The targets as the loss takes them, checked; names the first bad one.
+
+        - single label: class ids, or class names where the classifier has them;
+        - multi label: a list of labels (names or ids) per example, or
+          `(examples, num_classes)` 0/1 indicators;
+        - regression: finite numbers.
+        """
+        if self.problem_type == "regression":
+            return check_scores(y)
+        if self.problem_type == "multi_label":
+            return self._indicators(y)
         y = np.asarray(y)
         if y.dtype.kind in "USO" and y.size and all(isinstance(label, str) for label in y.reshape(-1)):
-            if not self.class_names:
-                raise ValueError(f"Labels are class names ({str(y.reshape(-1)[0])!r}, ...), but this classifier "
-                                 "has no class_names: give class ids, or build it with class_names=[...].")
-            index = {name: i for i, name in enumerate(self.class_names)}
-            flat = [str(label) for label in y.reshape(-1)]
-            unknown = next((i for i, label in enumerate(flat) if label not in index), None)
-            if unknown is not None:
-                raise ValueError(f"Label {flat[unknown]!r} at index {unknown} is not one of this classifier's "
-                                 f"classes {self.class_names}.")
-            y = np.asarray([index[label] for label in flat], dtype="int32").reshape(y.shape)
+            y = self._class_ids([str(label) for label in y.reshape(-1)]).reshape(y.shape)
         return check_class_ids(y, self.num_classes)
 
+    def _class_ids(self, names, where=""):
+        if not self.class_names:
+            raise ValueError(f"Labels are class names ({names[0]!r}, ...), but this classifier has no "
+                             "class_names: give class ids, or build it with class_names=[...].")
+        index = {name: i for i, name in enumerate(self.class_names)}
+        for position, name in enumerate(names):
+            if name not in index:
+                raise ValueError(f"Label {name!r} at index {where or position} is not one of this classifier's "
+                                 f"classes {self.class_names}.")
+        return np.asarray([index[name] for name in names], dtype="int32")
+
+    def _indicators(self, y):
+        """Multi-label targets as `(examples, num_classes)` float32 0/1 indicators."""
+        if isinstance(y, np.ndarray) and y.ndim == 2 and y.dtype.kind in "iubf":
+            if y.shape[1] != self.num_classes or not np.isin(y, (0, 1)).all():
+                raise ValueError(f"Multi-label targets as an array must be (examples, {self.num_classes}) of 0 "
+                                 f"and 1, got shape {y.shape}.")
+            return y.astype("float32")
+        indicators = np.zeros([len(y), self.num_classes], "float32")
+        for row, labels in enumerate(y):
+            if isinstance(labels, (str, bytes)) or not hasattr(labels, "__iter__"):
+                raise ValueError(f"Multi-label targets are a list of labels per example; example {row} has "
+                                 f"{labels!r}.")
+            labels = list(labels)
+            if all(isinstance(label, str) for label in labels):
+                ids = self._class_ids(labels, where=row) if labels else []
+            else:
+                ids = check_class_ids(np.asarray(labels, dtype="int64").reshape(-1), self.num_classes)
+            indicators[row, ids] = 1.0
+        return indicators
+
     def reverse(self, logits):
-        """`probabilities` `(batch, num_classes)`, `label_ids` and, with class names, `labels`."""
+        """The answers: by problem type.
+
+        - single label: `probabilities` `(batch, num_classes)`, `label_ids`
+          and, with class names, `labels`;
+        - multi label: `probabilities` (a sigmoid per label), `label_mask`
+          (1 where the probability reaches the label's threshold) and, with
+          class names, `labels` (the chosen names, padded with "");
+        - regression: `scores`.
+        """
+        if self.problem_type == "regression":
+            return {"scores": tf.cast(logits, tf.float32)[:, 0]}
+        if self.problem_type == "multi_label":
+            probs = tf.sigmoid(tf.cast(logits, tf.float32))
+            mask = probs >= tf.constant(self.thresholds, tf.float32)
+            outputs = {"probabilities": probs, "label_mask": tf.cast(mask, tf.int32)}
+            if self.class_names:
+                names = tf.broadcast_to(tf.constant(self.class_names), tf.shape(mask))
+                outputs["labels"] = tf.ragged.boolean_mask(names, mask).to_tensor("")
+            return outputs
         probs = probabilities(logits)
         label_ids = tf.argmax(probs, axis=-1, output_type=tf.int32)
         outputs = {"probabilities": probs, "label_ids": label_ids}
@@ -77,4 +164,6 @@ class ClassifierPreprocessor(TaskPreprocessor):
     def get_config(self):
         config = super().get_config()
         config.update({"num_classes": self.num_classes, "class_names": self.class_names})
+        if self.problem_type != "single_label":
+            config.update(problem_type=self.problem_type, thresholds=self.thresholds)
         return config

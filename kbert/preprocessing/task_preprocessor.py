@@ -98,7 +98,7 @@ class TaskPreprocessor(PreprocessingLayer):
         features = tuple(segments) if is_pair else segments[0]
         parts = [features]
         if y is not None:
-            y = self.check_targets(np.asarray(y))
+            y = self.check_targets(y)
             if len(y) != count:
                 raise ValueError(f"Got {count} texts but {len(y)} labels.")
             parts.append(y)
@@ -107,8 +107,8 @@ class TaskPreprocessor(PreprocessingLayer):
         return make_examples(tuple(parts), count)
 
     def check_targets(self, y):
-        """Checks targets given as arrays; returns them as the model's loss takes them."""
-        return y
+        """Checks targets (an array or a list); returns them as the model's loss takes them."""
+        return np.asarray(y)
 
     def batch_dataset(self, dataset, batch_size):
         """A user's `tf.data.Dataset` of raw examples, batched (unless it is batched already)."""
@@ -141,7 +141,7 @@ class TaskPreprocessor(PreprocessingLayer):
         """The forward step on one batch: model inputs, or `(inputs, y[, sample_weight])`."""
         rest = []
         if y is not None:
-            rest.append(self.check_targets(np.asarray(y)))
+            rest.append(self.check_targets(y))
         if sample_weight is not None:
             rest.append(np.asarray(sample_weight, "float32"))
         return self.forward_batch(x, *rest)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbert.runs.own_data import FILE_SEQUENCE_LENGTH, FileData
+from kbert.runs.own_data import FILE_SEQUENCE_LENGTH, GLUE_FILES, FileData, named_file_data
 
 # The bert-base-uncased vocabulary ships with this checkpoint package.
 DEFAULT_VOCABULARY_CHECKPOINT = "all-minilm-l6-v2"
@@ -69,6 +69,11 @@ RECIPES = {
     # SICK's trial split is its dev split.
     "sick": _classification(("train", "trial", "test"), "test", "accuracy", 64,
                             ("entailment", "neutral", "contradiction"), validation_split="trial"),
+    # GLUE's CoLA (Matthews' correlation), STS-B (a score: Pearson) and WNLI, read as a user's files are.
+    "cola": _classification(("train", "dev"), "dev", "matthews_correlation", 64, ("unacceptable", "acceptable")),
+    "stsb": Recipe("classifier", ("train", "dev"), "dev", "pearson", 128,
+                   (("num_classes", 1), ("problem_type", "regression"))),
+    "wnli": _classification(("train", "dev"), "dev", "accuracy", 128, ("not_entailment", "entailment")),
     "squad": Recipe("question_answerer", ("train", "eval"), "eval", "f1", 384),
     "conll2003": Recipe("tagger", ("train", "dev", "test"), "test", "f1", 128, validation_split="dev"),
 }
@@ -90,8 +95,15 @@ def score_name(split, key, positive_class=None):
     return f"{split}_{key}"
 
 
+def problem_type(info):
+    """A classifier recipe's head: "single_label", "multi_label" or "regression"."""
+    return dict(info.builder_arguments).get("problem_type", "single_label")
+
+
 def positive_class(info):
     """The name of the class whose precision, recall and F1 a two-class recipe reports; None for others."""
+    if problem_type(info) != "single_label":
+        return None
     class_names = dict(info.builder_arguments).get("class_names")
     if class_names is None or len(class_names) != 2:
         return None
@@ -141,6 +153,13 @@ def file_recipe(data):
                       (("labels", list(data.class_names)),), validation_split=validation)
     if data.task_type == "question-answering":
         return Recipe("question_answerer", data.splits, data.eval_split, "f1", 384, validation_split=validation)
+    if data.task_type == "regression":
+        return Recipe("classifier", data.splits, data.eval_split, "pearson", FILE_SEQUENCE_LENGTH,
+                      (("num_classes", 1), ("problem_type", "regression")), validation_split=validation)
+    if data.task_type == "multi-label":
+        return Recipe("classifier", data.splits, data.eval_split, "micro_f1", FILE_SEQUENCE_LENGTH,
+                      (("num_classes", len(data.class_names)), ("class_names", list(data.class_names)),
+                       ("problem_type", "multi_label")), validation_split=validation)
     two_classes = len(data.class_names) == 2
     return _classification(data.splits, data.eval_split, "f1" if two_classes else "accuracy",
                            FILE_SEQUENCE_LENGTH, data.class_names, validation_split=validation)
@@ -172,6 +191,8 @@ def load_split(task, split, source="local"):
         if name == "conll2003":
             return data.load_conll2003(split, source="tfds")
         return data.load_glue(name, split, source="tfds")
+    if name in GLUE_FILES:  # read as a user's files are
+        return named_file_data(name, str(data.data_dir())).xy({"train": "train", "dev": "validation"}[split])
     if name in ("sst2", "rte", "mrpc"):
         return data.load_glue(name, split)
     if name == "sms_spam":
@@ -373,7 +394,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=None, batch_size=32, s
         kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50),
         hparams,
     ]
-    if info.builder == "classifier":
+    single_label = info.builder == "classifier" and problem_type(info) == "single_label"
+    if single_label:
         callbacks.append(kbert.callbacks.ConfusionMatrixLogger(
             log_dir, (validation_x, validation_y), batch_size=batch_size
         ))
@@ -386,6 +408,8 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=None, batch_size=32, s
         # SQuAD's records hold their answers: no separate targets.
         validation_data=validation_x if validation_y is None else (validation_x, validation_y),
     )
+    if info.builder == "classifier" and problem_type(info) == "multi_label":
+        model.tune_thresholds(validation_x, validation_y, batch_size=batch_size)  # each label's best F1
     seconds = time.time() - start
     result = {}
 
@@ -398,7 +422,7 @@ def fine_tune(task, encoder, out, vocabulary=None, epochs=None, batch_size=32, s
         warning = one_class_warning(metrics, getattr(model, "class_names", None))
         if warning:
             warnings.warn(warning, stacklevel=2)
-        if info.builder == "classifier":
+        if single_label:
             _write_projector(model, validation_x, validation_y, os.path.join(log_dir, "validation"),
                              batch_size)
         result.update({

@@ -1,19 +1,29 @@
 """A user's own labelled files as a run's data: read, split, labelled, and recorded in the run folder."""
 
 import dataclasses
+import functools
 import hashlib
 import os
 
 import numpy as np
 
-from kbert.data.labelled_file import class_names_of, label_ids, label_kind, read_labelled_file
+from kbert.data.labelled_file import (
+    class_names_of,
+    label_ids,
+    label_kind,
+    label_lists,
+    label_scores,
+    read_labelled_file,
+)
 
 # The sequence length of a run on files unless --sequence-length says otherwise.
 FILE_SEQUENCE_LENGTH = 128
 
 
 # What `kbert train --train FILE` fits, by `--task-type` or by the file.
-TASK_TYPES = ("classification", "tagging", "question-answering")
+TASK_TYPES = ("classification", "multi-label", "regression", "tagging", "question-answering")
+# The problem type of the classifier head for each task type that has one.
+PROBLEM_TYPES = {"classification": "single_label", "multi-label": "multi_label", "regression": "regression"}
 # CoNLL column files (a word a line, its tag in a column): tagging.
 TAGGING_EXTENSIONS = (".conll", ".conllu", ".iob", ".iob1", ".iob2", ".bio", ".bioes", ".ner")
 
@@ -96,12 +106,18 @@ class FileData:
             return examples.sentences, examples.tags
         if self.task_type == "question-answering":
             return examples.records, None
+        if self.task_type == "multi-label":
+            return examples.x, label_lists(examples, self.class_names)
+        if self.task_type == "regression":
+            return examples.x, label_scores(examples)
         return examples.x, label_ids(examples, self.class_names)
 
     def record(self):
         """What metrics.json keeps of the data: each file's path, sha256, rows and columns, the classes or tags."""
         record = {"task_type": self.task_type, "seed": self.seed, "validation_split": self.validation_split,
                   "files": {}}
+        if self.task_type == "regression":
+            record["label"] = self.examples(self.splits[0]).columns.get("label")
         if self.class_names is not None:
             record["tags" if self.task_type == "tagging" else "classes"] = list(self.class_names)
         for split in ("train", "validation", "test"):
@@ -117,7 +133,7 @@ class FileData:
 
 
 def task_type_of(path, task_type=None):
-    """`task_type`, or the task a file's form says: a CoNLL extension tags, SQuAD JSON answers, else classify."""
+    """`task_type`, or the task a file's form says: a CoNLL extension tags, SQuAD JSON answers, else None (the labels say)."""
     if task_type is not None:
         if task_type not in TASK_TYPES:
             raise ValueError(f"Unknown task type {task_type!r}; kbert trains {list(TASK_TYPES)} from files.")
@@ -127,7 +143,7 @@ def task_type_of(path, task_type=None):
         return "tagging"
     if extension == ".json" and _is_squad(path):
         return "question-answering"
-    return "classification"
+    return None
 
 
 def _is_squad(path):
@@ -166,27 +182,42 @@ def read_file_data(train, validation=None, test=None, columns=None, labels=None,
         return _question_data(train, validation, test, validation_split, seed)
     columns = columns or {}
     train_examples = read_labelled_file(train, **columns)
-    kind = label_kind(train_examples.labels)
-    if kind != "classification":
-        raise ValueError(f"{train}: its labels are {'lists' if kind == 'multi-label' else 'fractional numbers'} "
-                         f"({kind}); kbert train fits classes from files: labels as strings or integers.")
-    class_names = _class_names(train, labels, class_names_of(train_examples.labels))
-    label_ids(train_examples, class_names)  # a label outside --labels is named with its line
+    task_type = task_type or label_kind(train_examples.labels)
+    if task_type == "regression":
+        label_scores(train_examples)
+        class_names = None
+    elif task_type == "multi-label":
+        class_names = list(labels) if labels else sorted({name for names in label_lists(train_examples)
+                                                          for name in names})
+        if len(set(class_names)) != len(class_names) or not class_names:
+            raise ValueError(f"{train}: the labels {class_names} are not a list of distinct names.")
+        label_lists(train_examples, class_names)
+    else:
+        if label_kind(train_examples.labels) != "classification":
+            raise ValueError(f"{train}: its labels are lists or fractional numbers; train them with --task-type "
+                             f"{label_kind(train_examples.labels)}, not {task_type}.")
+        class_names = _class_names(train, labels, class_names_of(train_examples.labels))
+        label_ids(train_examples, class_names)  # a label outside --labels is named with its line
     if validation is not None:
         validation_examples, fraction = read_labelled_file(validation, **columns), None
         train_part = train_examples
     else:
-        train_ids, validation_ids = stratified_split(label_ids(train_examples, class_names), validation_split, seed)
+        if task_type == "classification":
+            train_ids, validation_ids = stratified_split(label_ids(train_examples, class_names), validation_split,
+                                                         seed)
+        else:
+            train_ids, validation_ids = random_split(len(train_examples), validation_split, seed)
         train_part, validation_examples = train_examples.subset(train_ids), train_examples.subset(validation_ids)
         fraction = validation_split
     test_examples = read_labelled_file(test, **columns) if test is not None else None
-    for examples in (validation_examples, test_examples):
+    data = FileData(train_part, validation_examples, test_examples, class_names, fraction, seed, task_type)
+    for split, examples in (("validation", validation_examples), ("test", test_examples)):
         if examples is not None:
             if (examples.text_pairs is None) != (train_part.text_pairs is None):
                 raise ValueError(f"{examples.path} has {'no ' if examples.text_pairs is None else ''}text pairs "
                                  f"where {train} has {'none' if train_part.text_pairs is None else 'them'}.")
-            label_ids(examples, class_names)
-    return FileData(train_part, validation_examples, test_examples, class_names, fraction, seed)
+            data.xy(split)  # every label checked, named with its file and line
+    return data
 
 
 def _class_names(train, labels, found):
@@ -313,14 +344,18 @@ def sha256_of(path):
 
 
 def read_evaluation_file(path, model, columns=None):
-    """A labelled file to score `model` on (`kbert evaluate --data`), its labels checked against the model's classes."""
+    """A labelled file to score a classifier on (`kbert evaluate --data`), its labels checked against the model's."""
+    task_type = {"single_label": "classification", "multi_label": "multi-label", "regression": "regression"}[
+        getattr(model, "problem_type", "single_label")]
     class_names = getattr(model, "class_names", None)
-    if not class_names:
+    if not class_names and task_type != "regression":
         raise ValueError(f"{path}: the model has no class names, so the file's labels cannot be matched to its "
                          "classes; score it on a named data set with --task.")
     examples = read_labelled_file(path, **(columns or {}))
-    label_ids(examples, class_names)
-    return FileData(None, None, examples, list(class_names), None, 0)
+    data = FileData(None, None, examples, None if task_type == "regression" else list(class_names), None, 0,
+                    task_type)
+    data.xy("test")  # every label checked, named with its file and line
+    return data
 
 
 def read_evaluation_data(path, model, columns=None, tag_column=-1, scheme="auto"):
@@ -339,3 +374,26 @@ def read_evaluation_data(path, model, columns=None, tag_column=-1, scheme="auto"
         questions = Questions(os.fspath(path), load_squad(path=os.fspath(path)))
         return FileData(None, None, questions, None, None, 0, "question-answering")
     return read_evaluation_file(path, model, columns)
+
+
+# The named data sets read by this same path, from their GLUE files under
+# `kbert.data.data_dir()`: the files, how to read them, and their labels' ids.
+GLUE_FILES = {
+    "cola": {"folder": "CoLA", "columns": {"text_column": "sentence", "label_column": "label",
+                                           "column_names": ("source", "label", "mark", "sentence")},
+             "labels": ("0", "1")},
+    "stsb": {"folder": "STS-B", "columns": {"label_column": "score"}, "task_type": "regression"},
+    "wnli": {"folder": "WNLI", "columns": {}, "labels": ("0", "1")},
+}
+
+
+@functools.lru_cache(maxsize=None)
+def named_file_data(name, data_dir):
+    """The `FileData` of a named data set of `GLUE_FILES`: train.tsv to train on, dev.tsv to validate and score on."""
+    from kbert.data.paths import DataSource, find_data_file
+
+    spec = GLUE_FILES[name]
+    source = DataSource(url="https://gluebenchmark.com/tasks", automatic=False)
+    train, dev = (find_data_file(f"glue/{spec['folder']}/{split}.tsv", source) for split in ("train", "dev"))
+    return read_file_data(train, validation=dev, columns=spec["columns"], labels=spec.get("labels"),
+                          task_type=spec.get("task_type"))

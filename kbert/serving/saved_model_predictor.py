@@ -159,7 +159,10 @@ def _example(outputs, index):
             for name in row:
                 if name != count and name.startswith(prefix):
                     row[name] = row[name][: int(row[count])]
-    return {name: _plain(value) for name, value in row.items()}
+    plain = {name: _plain(value) for name, value in row.items()}
+    if isinstance(plain.get("labels"), list) and "label_mask" in plain:  # multi-label: the chosen names, unpadded
+        plain["labels"] = [label for label in plain["labels"] if label]
+    return plain
 
 
 def _plain(value):
