@@ -1,7 +1,7 @@
 """Task quality: fine-tune each task model with a fixed budget and score it the way its community does.
 
 For every task in `kbert.runs.fine_tuning.RECIPES` (SST-2, SMS Spam, RTE, MRPC,
-SICK, SQuAD, CoNLL-2003), fine-tunes from the best encoder the project has
+SICK, SQuAD, CoNLL-2003, CoLA, STS-B, WNLI), fine-tunes from the best encoder the project has
 (default: the published all-MiniLM-L6-v2 weights, `--encoder` to change) on
 a seeded random subset of the training split, then evaluates on the task's
 evaluation split. SQuAD: only the v1.1 dev file is available offline, so it
@@ -38,12 +38,16 @@ BUDGETS = {
     "mrpc": {"max_examples": None, "epochs": 3, "sequence_length": 128},
     "rte": {"max_examples": None, "epochs": 3, "sequence_length": 128},
     "squad": {"max_examples": 2000, "epochs": 2, "sequence_length": 256},
+    "wnli": {"max_examples": None, "epochs": 3, "sequence_length": 128},
+    "cola": {"max_examples": None, "epochs": 2, "sequence_length": 64},
+    "stsb": {"max_examples": None, "epochs": 2, "sequence_length": 128},
 }
 QUICK = {"max_examples": 64, "epochs": 1, "max_eval_examples": 64}
 DATA = {
     "sst2": "GLUE SST-2", "sms_spam": "SMS Spam, fixed 80/20", "rte": "GLUE RTE",
     "mrpc": "GLUE MRPC", "sick": "SICK (SemEval split)",
     "squad": "SQuAD v1.1 dev, articles 0-37 / 38-47", "conll2003": "CoNLL-2003 English",
+    "cola": "GLUE CoLA", "stsb": "GLUE STS-B", "wnli": "GLUE WNLI",
 }
 
 
@@ -96,11 +100,15 @@ def metric_value(task, result):
     """The task's headline metric as the table shows it (SQuAD: EM / F1, in %)."""
     if task == "squad":
         return f"EM {result['exact_match']:.1f} / F1 {result['f1']:.1f}"
+    if task == "stsb":
+        return f"{result['pearson']:.4f} / {result['spearman']:.4f}"
     return f"{result[RECIPES[task].metric]:.4f}"
 
 
 def metric_name(task):
-    return {"f1": "entity F1" if task == "conll2003" else "F1"}.get(RECIPES[task].metric, RECIPES[task].metric)
+    names = {"f1": "entity F1" if task == "conll2003" else "F1", "matthews_correlation": "MCC",
+             "pearson": "Pearson / Spearman"}
+    return names.get(RECIPES[task].metric, RECIPES[task].metric)
 
 
 def print_table(results, args):

@@ -174,3 +174,39 @@ def test_squad_format_json_from_any_path_trains_and_answers(tmp_path, capsys):
     assert cli.main(["predict", str(out / "model.keras"), "--file", asked]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["id"] == "2" and answer["text"] == context[answer["start"]:answer["end"]]
+
+
+@pytest.mark.parametrize("kind", ["multi-label", "regression"])
+def test_multi_label_json_lines_and_a_regression_tsv_train_export_and_predict(tmp_path, capsys, kind):
+    if kind == "multi-label":
+        rows = [{"id": i, "text": SPAM[i % 3] if i % 2 else HAM[i % 3],
+                 "labels": (["spam", "urgent"] if i % 4 == 1 else ["spam"]) if i % 2 else []} for i in range(24)]
+        train = tmp_path / "train.jsonl"
+        train.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    else:
+        lines = ["sentence1\tsentence2\tscore"] + [f'{HAM[i % 3]!r}\t"{SPAM[i % 3]!r}\t{i % 5 + 0.25:.3f}'
+                                                     for i in range(24)]
+        train = tmp_path / "train.tsv"
+        train.write_text("\n".join(line.replace("\n", " ") for line in lines) + "\n")
+    out = tmp_path / "run"
+    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["task_type"] == kind
+    model = kbert.load_model(str(out / "model.keras"))
+    if kind == "multi-label":
+        assert metrics["data"]["classes"] == ["spam", "urgent"] and "micro_f1" in metrics and "macro_f1" in metrics
+        assert model.problem_type == "multi_label" and len(model.preprocessor.thresholds) == 2
+    else:
+        assert {"pearson", "spearman", "mse"} <= set(metrics) and metrics["data"]["label"] == "score"
+        assert model.problem_type == "regression"
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train)]) == 0
+    assert cli.main(["export", str(out / "model.keras"), "--name", "m", "--out", str(tmp_path / "served")]) == 0
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "served" / "m"), "--file", str(train)]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(answers) == 24
+    if kind == "multi-label":
+        assert answers[0]["id"] == "0" and set(answers[0]) == {"id", "label_mask", "labels", "probabilities"}
+        assert all(set(answer["labels"]) <= {"spam", "urgent"} for answer in answers)
+    else:
+        assert answers[0]["id"] == "2" and isinstance(answers[0]["scores"], float)

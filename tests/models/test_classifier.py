@@ -284,3 +284,26 @@ def test_fit_and_evaluate_take_class_names_where_the_model_has_them():
         model.fit(TEXTS, ["good", "ugly", "good", "bad"], verbose=0)
     with pytest.raises(ValueError, match="has no class_names"):
         tiny_classifier().fit(TEXTS, names, verbose=0)
+
+
+@pytest.mark.all_backends
+@pytest.mark.parametrize("problem_type", ["multi_label", "regression"])
+def test_multi_label_and_regression_heads_fit_report_save_and_load(problem_type, tmp_path):
+    if problem_type == "regression":
+        model, targets = tiny_classifier(num_classes=1, problem_type=problem_type), [0.5, 4.0, 3.5, 1.0]
+    else:
+        model = tiny_classifier(num_classes=3, problem_type=problem_type, class_names=["film", "pet", "money"])
+        targets = [["film"], ["film"], ["pet"], ["money", "film"]]
+    history = model.fit(TEXTS * 4, targets * 4, epochs=3, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    report = model.evaluate_report(TEXTS, targets)
+    assert {"regression": {"mse", "pearson", "spearman"}, "multi_label": {"micro_f1", "macro_f1"}}[problem_type] <= set(report)
+    answers = model.classify(TEXTS)
+    assert len(answers) == 4 and all(isinstance(a, float if problem_type == "regression" else list) for a in answers)
+    if problem_type == "multi_label":
+        thresholds = model.tune_thresholds(TEXTS, targets)
+        assert len(thresholds) == 3 and model.preprocessor.thresholds == thresholds
+    model.save(str(tmp_path / "model.keras"))
+    restored = kbert.load_model(str(tmp_path / "model.keras"))
+    assert restored.problem_type == problem_type and restored.get_config() == model.get_config()
+    np.testing.assert_allclose(restored.predict(TEXTS, verbose=0), model.predict(TEXTS, verbose=0), atol=1e-5)

@@ -21,6 +21,9 @@ PREPROCESSORS = {
         packer(), doc_stride=3, max_question_length=4, max_answer_length=5, n_best=2, null_score_threshold=1.0
     ),
     "multiple_choice": lambda: kbert.MultipleChoicePreprocessor(packer(), num_choices=3),
+    "multi_label": lambda: kbert.ClassifierPreprocessor(packer(), num_classes=3, class_names=["a", "b", "c"],
+                                                        problem_type="multi_label", thresholds=[0.5, 0.3, 0.9]),
+    "regression": lambda: kbert.ClassifierPreprocessor(packer(), num_classes=1, problem_type="regression"),
 }
 
 
@@ -46,6 +49,30 @@ def test_classifier_forward_is_the_packer_and_reverse_names_classes():
     np.testing.assert_allclose(outputs["probabilities"].numpy().sum(-1), 1.0, rtol=1e-6)
     with pytest.raises(ValueError, match=r"Labels must be in \[0, 3\); label 3 at index 1"):
         preprocessor.examples(["a", "b"], [0, 3])
+
+
+def test_multi_label_targets_are_lists_of_names_and_answers_each_label_at_its_threshold():
+    preprocessor = PREPROCESSORS["multi_label"]()
+    _, indicators = preprocessor(["a good film", "the cat", "a"], [["a", "c"], [], [1]])
+    assert indicators.tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 0]]
+    with pytest.raises(ValueError, match=r"Label 'd' at index 1 is not one of this classifier's classes"):
+        preprocessor.examples(["x", "y"], [["a"], ["b", "d"]])
+    outputs = preprocessor.reverse(tf.constant([[0.0, -0.5, 3.0], [-4.0, 0.0, 1.0]]))  # sigmoid: .5 .38 .95, ...
+    assert outputs["label_mask"].numpy().tolist() == [[1, 1, 1], [0, 1, 0]]
+    assert outputs["labels"].numpy().tolist() == [[b"a", b"b", b"c"], [b"b", b"", b""]]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        preprocessor.set_thresholds([0.5, 1.0, 0.2])
+
+
+def test_regression_targets_are_finite_numbers_and_the_answer_a_score():
+    preprocessor = PREPROCESSORS["regression"]()
+    _, scores = preprocessor(["a", "b"], ["3.8", 1])
+    assert scores.tolist() == pytest.approx([3.8, 1.0])
+    with pytest.raises(ValueError, match=r"finite; nan at index 1"):
+        preprocessor.examples(["a", "b"], [1.0, float("nan")])
+    assert preprocessor.reverse(tf.constant([[2.5], [-1.0]]))["scores"].numpy().tolist() == [2.5, -1.0]
+    with pytest.raises(ValueError, match="one output"):
+        kbert.ClassifierPreprocessor(packer(), num_classes=2, problem_type="regression")
 
 
 def test_text_pairs_are_recorded_from_the_first_texts_and_name_the_serving_inputs():
