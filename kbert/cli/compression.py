@@ -2,6 +2,7 @@
 
 from kbert.cli.arguments import (
     add_backend_argument,
+    add_data_file_arguments,
     add_command,
     add_quiet_argument,
     add_run_folder_arguments,
@@ -9,11 +10,19 @@ from kbert.cli.arguments import (
     closed_fraction,
     fraction_below_one,
     non_negative_int,
+    open_fraction,
     positive_float,
     positive_int,
     verbosity,
 )
-from kbert.cli.tasks import print_metrics, print_saved, start_run_folder
+from kbert.cli.tasks import (
+    add_conll_arguments,
+    check_task_or_files,
+    print_metrics,
+    print_saved,
+    start_run_folder,
+    task_or_files,
+)
 
 
 def add_commands(commands):
@@ -22,7 +31,14 @@ def add_commands(commands):
     classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
     distill = add_command(commands, "distill", "distil a fine-tuned classifier into a smaller student, evaluate, "
                                                "save", _distill, check=_check_distill)
-    distill.add_argument("task", choices=classification, help="the data set the teacher was trained on")
+    distill.add_argument("task", nargs="?", choices=classification,
+                         help="the named data set the teacher was trained on; or your files with --train")
+    add_data_file_arguments(distill, {
+        "--train": "distil on this labelled file (as kbert train reads it; the teacher's classes)",
+        "--validation": "validate on this file (default: a stratified --validation-split of --train)",
+        "--test": "score the student on this file (default: on the validation data)"})
+    distill.add_argument("--validation-split", type=open_fraction, default=0.1,
+                         help="without --validation: the part of each class of --train to validate on")
     distill.add_argument("--teacher", required=True, help="the teacher's model.keras (of `kbert train`)")
     distill.add_argument("--student", default="mini",
                          help="a preset (tiny, mini, small, ...), 'layers:0,2,4' for a copy of the "
@@ -49,14 +65,22 @@ def add_commands(commands):
                          help="peak learning rate (default: by the student's width)")
     add_subset_and_seed_arguments(distill, "labelled training examples: a seeded random subset of this many",
                                   "fixes the subsets, order and weights")
+    add_conll_arguments(distill)
     add_quiet_argument(distill)
     add_backend_argument(distill)
 
     prune = add_command(commands, "prune", "prune a fine-tuned model (weights, attention heads) while it "
                                            "trains further, evaluate, save", _prune, check=_check_prune)
     prune.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
-    prune.add_argument("--task", required=True, choices=sorted(RECIPES),
-                       help="the data set the model was trained on")
+    prune.add_argument("--task", choices=sorted(RECIPES),
+                       help="the named data set the model was trained on; or your files with --train")
+    add_data_file_arguments(prune, {
+        "--train": "train on this file while pruning (as kbert train reads it; the model's classes or tags)",
+        "--validation": "validate on this file (default: a seeded --validation-split of --train)",
+        "--test": "score the pruned model on this file (default: on the validation data)"})
+    prune.add_argument("--validation-split", type=open_fraction, default=0.1,
+                       help="without --validation: the part of --train to validate on")
+    add_conll_arguments(prune)
     add_run_folder_arguments(prune)
     prune.add_argument("--sparsity", type=fraction_below_one, default=0.0,
                        help="share of the Transformer kernels' weights set to zero, by magnitude")
@@ -79,6 +103,7 @@ def add_commands(commands):
 def _check_distill(args):
     from kbert.runs.outputs import check_input_file
 
+    check_task_or_files(args, "kbert distill sst2")
     check_input_file(args.teacher, "--teacher")
     if args.unlabeled:
         check_input_file(args.unlabeled, "--unlabeled")
@@ -89,6 +114,7 @@ def _check_distill(args):
 def _check_prune(args):
     from kbert.runs.outputs import check_input_file
 
+    check_task_or_files(args, "--task sst2")
     check_input_file(args.model, "MODEL")
 
 
@@ -97,7 +123,7 @@ def _distill(args):
 
     start_run_folder(args, args.teacher, args.student, args.unlabeled, *(args.general_corpus or ()))
     result = distill_task(
-        args.task, args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
+        task_or_files(args), args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
         transfer_examples=args.transfer_examples, general_corpus=args.general_corpus,
         general_steps=args.general_steps, layerwise_epochs=args.layerwise_epochs,
         temperature=args.temperature, alpha=args.alpha, epochs=args.epochs,
@@ -114,7 +140,7 @@ def _prune(args):
 
     start_run_folder(args, args.model)
     result = prune_task(
-        args.task, args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
+        task_or_files(args), args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
         rewind=args.rewind, epochs=args.epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_examples=args.max_examples,
         max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),

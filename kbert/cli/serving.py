@@ -114,9 +114,11 @@ def _predict(args):
     # loading and each batch get a time limit, the process a memory limit.
     limits = contextlib.nullcontext() if args.trust else RunLimits(
         args.time_limit, args.memory_limit * 2**30, lambda limit: _past_limit(args, limit))
+    example_file = args.file not in (None, "-") and os.path.splitext(args.file)[1].lower() in EXAMPLE_FILES
+    texts = None if example_file else _texts(args)  # standard input is read before the model loads
     with limits:
         predictor = _predictor(args)
-        batches = _example_batches(args, predictor)
+        batches = _file_batches(args, predictor) if example_file else _text_batches(texts, predictor)
         if args.out is None:
             _write_predictions(predictor, batches, sys.stdout, limits, args.trust)
             return
@@ -146,18 +148,20 @@ EXAMPLE_FILES = (".csv", ".tsv", ".jsonl", ".ndjson")
 _INPUT_ROLES = {"text": "text", "text_pair": "text_pair", "question": "text", "context": "text_pair"}
 
 
-def _example_batches(args, predictor):
-    """Yields `(ids or None, {input: values})` batches of `PREDICT_BATCH_SIZE` examples, streaming."""
-    if args.file not in (None, "-") and os.path.splitext(args.file)[1].lower() in EXAMPLE_FILES:
-        if args.texts:
-            raise ValueError("Give texts as arguments or a --file of examples, not both.")
-        yield from _file_batches(args, predictor)
-        return
+def _texts(args):
+    """The texts given as arguments, then those of a --file that holds a text a line."""
+    if args.file is not None and args.texts and os.path.splitext(args.file)[1].lower() in EXAMPLE_FILES:
+        raise ValueError("Give texts as arguments or a --file of examples, not both.")
     texts = [_argument_bytes(text) for text in args.texts]
     if args.file is not None:
         texts += _read_lines(args.file)
     if not texts:
         raise ValueError("Give texts as arguments or with --file.")
+    return texts
+
+
+def _text_batches(texts, predictor):
+    """Yields `(None, {input: values})` batches of `PREDICT_BATCH_SIZE` examples of a flat list of texts."""
     if len(texts) % predictor.texts_per_example:
         predictor.predict_texts(texts)  # refused in one line that says what the model takes
     size = predictor.texts_per_example * PREDICT_BATCH_SIZE
@@ -166,8 +170,11 @@ def _example_batches(args, predictor):
 
 
 def _file_batches(args, predictor):
+    """Yields `(ids, {input: values})` batches of `PREDICT_BATCH_SIZE` examples of a file, streaming."""
     from kbert.data.labelled_file import iter_labelled_records
 
+    if args.texts:
+        raise ValueError("Give texts as arguments or a --file of examples, not both.")
     unknown = [name for name in predictor.inputs if name not in _INPUT_ROLES]
     if unknown:
         raise ValueError(f"{args.saved_model} takes {unknown}; give its examples as texts, a text a line.")

@@ -106,6 +106,32 @@ def add_commands(commands):
     add_backend_argument(evaluate)
 
 
+def task_or_files(args):
+    """The named task of a command, or its `--train` files (`kbert.runs.own_data.FileData`)."""
+    if args.train is None:
+        return args.task
+    from kbert.runs.own_data import read_file_data
+
+    return read_file_data(args.train, args.validation, args.test, columns=data_file_columns(args),
+                          labels=getattr(args, "labels", None), validation_split=args.validation_split,
+                          seed=args.seed, task_type=getattr(args, "task_type", None), tag_column=args.tag_column,
+                          scheme=args.scheme)
+
+
+def check_task_or_files(args, example):
+    """A command takes a named data set or `--train FILE`, exactly one; the files are checked to exist."""
+    from kbert.runs.outputs import check_input_file
+
+    if (args.task is None) == (args.train is None):
+        raise ValueError(f"Give a named data set ({example}) or your own file (--train FILE)"
+                         + (", not both." if args.task else "."))
+    for flag in ("train", "validation", "test"):
+        if getattr(args, flag) is not None:
+            check_input_file(getattr(args, flag), f"--{flag}")
+    if args.task and (args.validation or args.test):
+        raise ValueError("--validation and --test go with --train FILE; a named data set has its own.")
+
+
 def _check_train(args):
     from kbert.runs.outputs import check_input_file
 
@@ -146,13 +172,7 @@ def start_run_folder(args, *inputs):
 def _train(args):
     from kbert.runs.fine_tuning import fine_tune
 
-    task = args.task
-    if args.train is not None:
-        from kbert.runs.own_data import read_file_data
-
-        task = read_file_data(args.train, args.validation, args.test, columns=data_file_columns(args),
-                              labels=args.labels, validation_split=args.validation_split, seed=args.seed,
-                              task_type=args.task_type, tag_column=args.tag_column, scheme=args.scheme)
+    task = task_or_files(args)
     start_run_folder(args, args.encoder, args.vocabulary)
     result = fine_tune(
         task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,

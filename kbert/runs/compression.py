@@ -78,14 +78,15 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
         teacher = kbert.load_model(teacher_path)
     if not isinstance(teacher, kbert.Classifier):
         raise ValueError(f"The teacher must be a kbert.Classifier, got {type(teacher).__name__}.")
+    task = classes_of_the_model(task, teacher)
     _start_run(out)
-    settings = {"task": name, "teacher": teacher_path, "student": str(student),
+    settings = {"task": name, **_data_settings(task), "teacher": teacher_path, "student": str(student),
                 "transfer_examples": transfer_examples, "general_steps": general_steps,
                 "layerwise_epochs": layerwise_epochs, "temperature": temperature, "alpha": alpha,
                 "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
                 "max_examples": max_examples, "seed": seed}
     keras.utils.set_random_seed(seed)
-    all_x, all_y = load_split(name, info.splits[0])
+    all_x, all_y = load_split(task, info.splits[0])
     x, y = sample_examples(all_x, all_y, max_examples, seed)
     transfer = _transfer_set(all_x, len(all_y), max_examples, transfer_examples, unlabeled, seed)
     log_dir = os.path.join(out, "tensorboard")
@@ -108,7 +109,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
                              os.path.join(log_dir, "layerwise"), verbose, epochs=layerwise_epochs)
     distiller = kbert.Distiller(teacher, encoder, temperature=temperature, alpha=alpha)
     distiller.compile(learning_rate=learning_rate)
-    validation = sample_examples(*load_split(name, info.fit_validation_split), max_eval_examples)
+    validation = sample_examples(*load_split(task, info.fit_validation_split), max_eval_examples)
     history = distiller.fit(
         x, y, unlabeled=transfer if transfer_count else None, epochs=epochs, batch_size=batch_size,
         verbose=verbose, validation_data=validation,
@@ -116,7 +117,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
     )
     seconds = time.time() - start
     model = distiller.student
-    return _write_run(out, model, name, max_eval_examples, batch_size, lambda metrics: {
+    return _write_run(out, model, task, max_eval_examples, batch_size, lambda metrics: {
         **metrics,
         "parameters": model.count_params(),
         "teacher_parameters": teacher.count_params(),
@@ -148,16 +149,17 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
     model_path = model if isinstance(model, str) else None
     if model_path is not None:
         model = kbert.load_model(model_path)
+    task = classes_of_the_model(task, model)
     if not 0 <= heads < 1:
         raise ValueError(f"`heads` is the share of heads to remove, in [0, 1); got {heads}.")
     if not sparsity and not heads:
         raise ValueError("Nothing to prune: give a weight sparsity, a share of heads, or both.")
     _start_run(out)
-    settings = {"task": name, "model": model_path, "sparsity": sparsity, "heads": heads,
+    settings = {"task": name, **_data_settings(task), "model": model_path, "sparsity": sparsity, "heads": heads,
                 "scope": scope, "rewind": rewind, "epochs": epochs, "batch_size": batch_size,
                 "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
     keras.utils.set_random_seed(seed)
-    x, y = sample_examples(*load_split(name, info.splits[0]), max_examples, seed)
+    x, y = sample_examples(*load_split(task, info.splits[0]), max_examples, seed)
     parameters_before = model.count_params()
     start = time.time()
     if heads:
@@ -168,11 +170,11 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
     if sparsity:
         callbacks.append(kbert.MagnitudePruning(sparsity, scope=scope, rewind=rewind))
     model.compile(learning_rate=learning_rate)
-    validation = sample_examples(*load_split(name, info.fit_validation_split), max_eval_examples)
+    validation = sample_examples(*load_split(task, info.fit_validation_split), max_eval_examples)
     model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=verbose, validation_data=validation,
               callbacks=callbacks)
     seconds = time.time() - start
-    return _write_run(out, model, name, max_eval_examples, batch_size, lambda metrics: {
+    return _write_run(out, model, task, max_eval_examples, batch_size, lambda metrics: {
         **metrics,
         "parameters_before": parameters_before,
         "parameters": model.count_params(),
@@ -256,6 +258,22 @@ def _layerwise(teacher, student, texts, batch_size, log_dir, verbose, steps=None
     return distiller.student
 
 
+def classes_of_the_model(task, model):
+    """A run on files takes the classes (or tags) of the model it starts from, in its order; a named task as it is."""
+    from kbert.runs.own_data import FileData
+
+    names = getattr(model, "class_names", None) or getattr(model, "labels", None)
+    if not isinstance(task, FileData) or names is None or task.class_names is None:
+        return task
+    return task.with_class_names(names)
+
+
+def _data_settings(task):
+    from kbert.runs.own_data import FileData
+
+    return {"train_file": task.train.path} if isinstance(task, FileData) else {}
+
+
 def _start_run(out):
     os.makedirs(out, exist_ok=True)
     clean_run_folder(out)  # what a killed run left (the commands have done so already)
@@ -269,6 +287,8 @@ def _write_run(out, model, task, max_eval_examples, batch_size, result):
         model.save(os.path.join(folder, "model.keras"))
         metrics = evaluate_task(model, task, max_examples=max_eval_examples, batch_size=batch_size)
         written.update(result(metrics))
+        if hasattr(task, "record"):  # a run on files: what it was trained and scored on
+            written["data"] = task.record()
         write_text(os.path.join(folder, "metrics.json"), json_text(written))
 
     write_run(out, write)

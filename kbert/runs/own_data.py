@@ -112,6 +112,21 @@ class FileData:
             return examples.x, label_scores(examples)
         return examples.x, label_ids(examples, self.class_names)
 
+    def with_class_names(self, class_names):
+        """The same data labelled with `class_names` (a model's, in its order); a label outside them is named with its file and line."""
+        data = dataclasses.replace(self, class_names=list(class_names))
+        for split in data.splits:
+            if data.task_type == "tagging":
+                known = set(class_names)
+                examples = data.examples(split)
+                unknown = sorted({tag for tags in examples.tags for tag in tags} - known)
+                if unknown:
+                    raise ValueError(f"{examples.path}: the tag {unknown[0]!r} is not one of the model's tags "
+                                     f"{list(class_names)}.")
+            else:
+                data.xy(split)
+        return data
+
     def record(self):
         """What metrics.json keeps of the data: each file's path, sha256, rows and columns, the classes or tags."""
         record = {"task_type": self.task_type, "seed": self.seed, "validation_split": self.validation_split,

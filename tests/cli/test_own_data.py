@@ -210,3 +210,18 @@ def test_multi_label_json_lines_and_a_regression_tsv_train_export_and_predict(tm
         assert all(set(answer["labels"]) <= {"spam", "urgent"} for answer in answers)
     else:
         assert answers[0]["id"] == "2" and isinstance(answers[0]["scores"], float)
+
+
+def test_distill_and_prune_take_the_same_files(spam_run):
+    folder, out = spam_run
+    train, test = str(folder / "train.csv"), str(folder / "test.csv")
+    teacher = str(out / "model.keras")
+    assert cli.main(["distill", "--train", train, "--test", test, "--teacher", teacher, "--student", "layers:0",
+                     "--out", str(folder / "student"), "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
+    student = json.loads((folder / "student" / "metrics.json").read_text())
+    assert student["task"] == "files" and student["examples"] == 10 and student["data"]["classes"] == ["ham", "spam"]
+    assert student["parameters"] < student["teacher_parameters"]
+    assert cli.main(["prune", teacher, "--train", train, "--sparsity", "0.5", "--out", str(folder / "pruned"),
+                     "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
+    pruned = json.loads((folder / "pruned" / "metrics.json").read_text())
+    assert pruned["split"] == "validation" and pruned["sparsity"]["sparsity"] == pytest.approx(0.5, abs=0.01)
