@@ -175,12 +175,11 @@ def _file_batches(args, predictor):
 
     if args.texts:
         raise ValueError("Give texts as arguments or a --file of examples, not both.")
-    unknown = [name for name in predictor.inputs if name not in _INPUT_ROLES]
-    if unknown:
-        raise ValueError(f"{args.saved_model} takes {unknown}; give its examples as texts, a text a line.")
+    choices = "choices" in predictor.inputs  # multiple choice: a context and a list of choices a record
+    roles = {"context": "text", "choices": "text_pair"} if choices else _INPUT_ROLES
     records = iter_labelled_records(args.file, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                                    id_column=args.id_column, require_labels=False)
-    wanted = [_INPUT_ROLES[name] for name in predictor.inputs]
+                                    id_column=args.id_column, require_labels=False, choices=choices)
+    wanted = [roles[name] for name in predictor.inputs]
     ids, columns = [], {name: [] for name in predictor.inputs}
     for line_number, values in records:
         if ids == [] and not any(columns.values()):

@@ -13,6 +13,8 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".txt": "tsv", ".jso
 # The column names looked for when none is given, in order of preference.
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "text_a", "premise", "question", "content", "review", "comment")
 TEXT_PAIR_COLUMNS = ("text_pair", "sentence2", "text_b", "hypothesis", "context")
+# A multiple-choice record's choices: a JSON list of texts (`choices=True`).
+CHOICE_COLUMNS = ("choices", "endings", "options", "answers")
 LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "gold_label", "sentiment", "intent", "score")
 ID_COLUMNS = ("id", "idx", "index", "guid")
 # A headerless file: `text<TAB>label`, or `text<TAB>text_pair<TAB>label`.
@@ -61,7 +63,7 @@ class LabelledExamples:
 
 
 def read_labelled_file(path, text_column=None, text_pair_column=None, label_column=None, id_column=None,
-                       file_format=None, header=None, require_labels=True, column_names=None):
+                       file_format=None, header=None, require_labels=True, column_names=None, choices=False):
     """Reads texts (or pairs), labels and ids from a CSV, TSV or JSON Lines file.
 
     Formats (by extension, or `file_format`):
@@ -95,6 +97,11 @@ def read_labelled_file(path, text_column=None, text_pair_column=None, label_colu
         column_names: the names of a headerless CSV or TSV file's columns
             (CoLA's `source, label, mark, sentence`); its first row is then
             data.
+        choices: read multiple-choice records of JSON Lines: the text is
+            the context, `text_pairs` holds each record's list of choices
+            (found among `CHOICE_COLUMNS`, or `text_pair_column`), the same
+            number in every record, and the label is the right choice's
+            index or text, read as its index.
 
     Returns:
         `LabelledExamples`.
@@ -110,7 +117,7 @@ def read_labelled_file(path, text_column=None, text_pair_column=None, label_colu
     path = os.fspath(path)
     file_format = _file_format(path, file_format)
     records = iter_labelled_records(path, text_column, text_pair_column, label_column, id_column, file_format,
-                                    header, require_labels, column_names)
+                                    header, require_labels, column_names, choices)
     texts, text_pairs, labels, ids, line_numbers = [], [], [], [], []
     for line_number, values in records:
         texts.append(values["text"])
@@ -128,7 +135,7 @@ def read_labelled_file(path, text_column=None, text_pair_column=None, label_colu
 
 
 def iter_labelled_records(path, text_column=None, text_pair_column=None, label_column=None, id_column=None,
-                          file_format=None, header=None, require_labels=True, column_names=None):
+                          file_format=None, header=None, require_labels=True, column_names=None, choices=False):
     """Streams `(line number, {role: value})` of a labelled file, as `read_labelled_file` reads it.
 
     Roles are "text", "text_pair", "label" and "id"; the iterator's `roles`
@@ -137,12 +144,12 @@ def iter_labelled_records(path, text_column=None, text_pair_column=None, label_c
     Takes `read_labelled_file`'s arguments.
     """
     return _Records(path, text_column, text_pair_column, label_column, id_column, file_format, header,
-                    require_labels, column_names)
+                    require_labels, column_names, choices)
 
 
 class _Records:
     def __init__(self, path, text_column=None, text_pair_column=None, label_column=None, id_column=None,
-                 file_format=None, header=None, require_labels=True, column_names=None):
+                 file_format=None, header=None, require_labels=True, column_names=None, choices=False):
         self.path = os.fspath(path)
         self.file_format = _file_format(self.path, file_format)
         self.wanted = {"text": text_column, "text_pair": text_pair_column, "label": label_column,
@@ -150,6 +157,11 @@ class _Records:
         self.header = header
         self.require_labels = require_labels
         self.column_names = None if column_names is None else list(column_names)
+        self.choices = choices
+        self.num_choices = None
+        if choices and self.file_format != "jsonl":
+            raise ValueError(f"{self.path}: multiple-choice examples are JSON Lines records (a list of choices "
+                             "each), not {self.file_format}.")
         self.roles = None
         self._records = self._read()
 
@@ -171,7 +183,7 @@ class _Records:
         for line_number, row in rows:
             if self.roles is None:
                 self.roles = _roles(path, columns if columns is not None else list(row), self.wanted,
-                                    self.require_labels)
+                                    self.require_labels, self.choices)
             roles = self.roles
             if columns is not None:
                 if len(row) != len(columns):
@@ -184,10 +196,12 @@ class _Records:
                 if column not in row:
                     raise DataFormatError(path, line_number, f"the record has no {column!r}", json.dumps(row))
                 values[role] = row[column]
-            for role in ("text", "text_pair"):
+            for role in ("text",) if self.choices else ("text", "text_pair"):
                 if role in values and not isinstance(values[role], str):
                     raise DataFormatError(path, line_number, f"{roles[role]!r} is not a text",
                                           json.dumps(values[role]))
+            if self.choices:
+                self._check_choices(line_number, values)
             if "label" in values and (values["label"] is None or values["label"] == ""):
                 raise DataFormatError(path, line_number, f"the label ({roles['label']!r}) is empty")
             if "id" in values and not isinstance(values["id"], str):
@@ -195,6 +209,27 @@ class _Records:
             yield line_number, values
         if self.roles is None:
             raise DataFormatError(path, None, "the file has no examples, only a header")
+
+    def _check_choices(self, line_number, values):
+        """A record's choices: a list of texts, as many as the first record's; its label as the right one's index."""
+        options = values["text_pair"]
+        if not isinstance(options, list) or not all(isinstance(option, str) for option in options) or not options:
+            raise DataFormatError(self.path, line_number, f"{self.roles['text_pair']!r} is not a list of texts",
+                                  json.dumps(options))
+        self.num_choices = self.num_choices or len(options)
+        if len(options) != self.num_choices:
+            raise DataFormatError(self.path, line_number, f"the record has {len(options)} choices where the first "
+                                  f"has {self.num_choices}; every example needs as many")
+        if "label" in values:
+            label = values["label"]
+            if isinstance(label, str) and label in options:
+                values["label"] = options.index(label)
+            elif isinstance(label, str) and _is_integer(label):
+                values["label"] = int(label)
+            if not isinstance(values["label"], int) or isinstance(values["label"], bool) or not (
+                    0 <= values["label"] < len(options)):
+                raise DataFormatError(self.path, line_number, f"the label {label_name(label)!r} is neither a "
+                                      f"choice's index (0 to {len(options) - 1}) nor one of its choices")
 
 
 def _file_format(path, file_format):
@@ -288,10 +323,13 @@ def _checked_names(path, line_number, names):
     return names
 
 
-def _roles(path, names, wanted, require_labels):
+def _roles(path, names, wanted, require_labels, choices=False):
     """`{role: column name}` of the columns to read, given or found by name."""
     roles = {}
-    defaults = {"text": TEXT_COLUMNS, "text_pair": TEXT_PAIR_COLUMNS, "label": LABEL_COLUMNS, "id": ID_COLUMNS}
+    defaults = {"text": TEXT_COLUMNS, "text_pair": CHOICE_COLUMNS if choices else TEXT_PAIR_COLUMNS,
+                "label": LABEL_COLUMNS, "id": ID_COLUMNS}
+    if choices:
+        defaults["text"] = ("context",) + TEXT_COLUMNS
     by_lower = {str(name).lower(): name for name in names}
     for role, given in wanted.items():
         if given is not None:
@@ -300,12 +338,15 @@ def _roles(path, names, wanted, require_labels):
                                       f"are {list(names)}")
             roles[role] = given
             continue
-        if role == "text_pair" and wanted["text"] is not None:
+        if role == "text_pair" and wanted["text"] is not None and not choices:
             continue  # a given text column is not paired with a guessed one
         found = next((by_lower[name] for name in defaults[role] if name in by_lower), None)
         if found is not None and found not in roles.values():
             roles[role] = found
     flags = {"text": "text_column (--text-column)", "label": "label_column (--label-column)"}
+    if choices and "text_pair" not in roles:
+        raise DataFormatError(path, None, f"no column is the choices by its name ({', '.join(CHOICE_COLUMNS)}); "
+                              f"the columns are {list(names)}: name it with text_pair_column (--text-pair-column)")
     for role in ("text", "label") if require_labels else ("text",):
         if role not in roles:
             raise DataFormatError(path, None, f"no column is the {role} by its name; the columns are "

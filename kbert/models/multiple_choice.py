@@ -1,6 +1,7 @@
 """Multiple choice (SWAG-style): pick the choice that best continues or answers a context."""
 
 import keras
+import numpy as np
 
 from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, head_setting, output_head
 
@@ -89,6 +90,16 @@ class MultipleChoice(TaskModel):
     def choose(self, x, batch_size=None, verbose=0):
         """The index of the best choice of each example."""
         return self.predict(x, batch_size=batch_size, verbose=verbose).argmax(axis=-1)
+
+    def evaluate_report(self, x, y, batch_size=None, verbose=0):
+        """`accuracy` (the share of examples whose best choice is the right one) and `num_examples`."""
+        truth = np.asarray(y).reshape(-1)
+        chosen = self.choose(x, batch_size=batch_size, verbose=verbose)
+        if len(truth) != len(chosen):
+            raise ValueError(f"Got {len(chosen)} examples but {len(truth)} labels.")
+        if len(truth) == 0:
+            raise ValueError("Got no examples to score.")
+        return {"accuracy": float(np.mean(chosen == truth)), "num_examples": int(len(truth))}
 
     def predict_choice(self, x, batch_size=None, **kwargs):
         """Deprecated: use `choose`."""

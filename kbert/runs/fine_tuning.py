@@ -153,6 +153,10 @@ def file_recipe(data):
                       (("labels", list(data.class_names)),), validation_split=validation)
     if data.task_type == "question-answering":
         return Recipe("question_answerer", data.splits, data.eval_split, "f1", 384, validation_split=validation)
+    if data.task_type == "multiple-choice":
+        choices = len(data.examples(data.splits[0]).text_pairs[0])
+        return Recipe("multiple_choice", data.splits, data.eval_split, "accuracy", FILE_SEQUENCE_LENGTH,
+                      (("num_choices", choices),), validation_split=validation)
     if data.task_type == "regression":
         return Recipe("classifier", data.splits, data.eval_split, "pearson", FILE_SEQUENCE_LENGTH,
                       (("num_classes", 1), ("problem_type", "regression")), validation_split=validation)

@@ -21,7 +21,7 @@ FILE_SEQUENCE_LENGTH = 128
 
 
 # What `kbert train --train FILE` fits, by `--task-type` or by the file.
-TASK_TYPES = ("classification", "multi-label", "regression", "tagging", "question-answering")
+TASK_TYPES = ("classification", "multi-label", "regression", "tagging", "question-answering", "multiple-choice")
 # The problem type of the classifier head for each task type that has one.
 PROBLEM_TYPES = {"classification": "single_label", "multi-label": "multi_label", "regression": "regression"}
 # CoNLL column files (a word a line, its tag in a column): tagging.
@@ -108,6 +108,8 @@ class FileData:
             return examples.records, None
         if self.task_type == "multi-label":
             return examples.x, label_lists(examples, self.class_names)
+        if self.task_type == "multiple-choice":
+            return examples.x, list(examples.labels)
         if self.task_type == "regression":
             return examples.x, label_scores(examples)
         return examples.x, label_ids(examples, self.class_names)
@@ -158,7 +160,28 @@ def task_type_of(path, task_type=None):
         return "tagging"
     if extension == ".json" and _is_squad(path):
         return "question-answering"
+    if extension in (".jsonl", ".ndjson") and _has_choices(path):
+        return "multiple-choice"
     return None
+
+
+def _has_choices(path):
+    """Whether a JSON Lines file's first record holds a list of texts under a name of `CHOICE_COLUMNS`."""
+    import json
+
+    from kbert.data.labelled_file import CHOICE_COLUMNS
+    from kbert.io.text_files import read_text_lines
+
+    for _, line in read_text_lines(path, allow_empty=True):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return False  # the reader names the line
+            return isinstance(record, dict) and any(
+                isinstance(record.get(name), list) and record[name] and all(isinstance(c, str) for c in record[name])
+                for name in CHOICE_COLUMNS)
+    return False
 
 
 def _is_squad(path):
@@ -196,6 +219,8 @@ def read_file_data(train, validation=None, test=None, columns=None, labels=None,
     if task_type == "question-answering":
         return _question_data(train, validation, test, validation_split, seed)
     columns = columns or {}
+    if task_type == "multiple-choice":
+        return _choice_data(train, validation, test, columns, validation_split, seed)
     train_examples = read_labelled_file(train, **columns)
     task_type = task_type or label_kind(train_examples.labels)
     if task_type == "regression":
@@ -296,6 +321,26 @@ def _question_data(train, validation, test, validation_split, seed):
     return FileData(train_part, validation_questions, test_questions, None, fraction, seed, "question-answering")
 
 
+def _choice_data(train, validation, test, columns, validation_split, seed):
+    def read(path):
+        return read_labelled_file(path, choices=True, **columns)
+
+    train_examples = read(train)
+    num_choices = len(train_examples.text_pairs[0])
+    if validation is not None:
+        validation_examples, fraction, train_part = read(validation), None, train_examples
+    else:
+        train_ids, validation_ids = random_split(len(train_examples), validation_split, seed)
+        train_part, validation_examples = train_examples.subset(train_ids), train_examples.subset(validation_ids)
+        fraction = validation_split
+    test_examples = read(test) if test is not None else None
+    for examples in (validation_examples, test_examples):
+        if examples is not None and len(examples.text_pairs[0]) != num_choices:
+            raise ValueError(f"{examples.path} has {len(examples.text_pairs[0])} choices an example, where {train} "
+                             f"has {num_choices}.")
+    return FileData(train_part, validation_examples, test_examples, None, fraction, seed, "multiple-choice")
+
+
 def random_split(count, fraction, seed=0, groups=None):
     """`(train indices, validation indices)`: a seeded `fraction` of `count` items, in order.
 
@@ -388,6 +433,12 @@ def read_evaluation_data(path, model, columns=None, tag_column=-1, scheme="auto"
 
         questions = Questions(os.fspath(path), load_squad(path=os.fspath(path)))
         return FileData(None, None, questions, None, None, 0, "question-answering")
+    if type(model).__name__ == "MultipleChoice":
+        examples = read_labelled_file(path, choices=True, **(columns or {}))
+        if len(examples.text_pairs[0]) != model.num_choices:
+            raise ValueError(f"{path} has {len(examples.text_pairs[0])} choices an example; the model takes "
+                             f"{model.num_choices}.")
+        return FileData(None, None, examples, None, None, 0, "multiple-choice")
     return read_evaluation_file(path, model, columns)
 
 

@@ -225,3 +225,26 @@ def test_distill_and_prune_take_the_same_files(spam_run):
                      "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
     pruned = json.loads((folder / "pruned" / "metrics.json").read_text())
     assert pruned["split"] == "validation" and pruned["sparsity"]["sparsity"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_multiple_choice_json_lines_train_evaluate_and_predict(tmp_path, capsys):
+    options = ["sat on the mat", "flew to the moon", "see you soon"]
+    rows = [{"id": f"q{i}", "context": "the cat", "choices": options[i % 3:] + options[:i % 3],
+             "label": "sat on the mat" if i % 2 else (3 - i % 3) % 3} for i in range(18)]
+    train = tmp_path / "swag.jsonl"
+    train.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    out = tmp_path / "run"
+    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["task_type"] == "multiple-choice" and "accuracy" in metrics
+    assert kbert.load_model(str(out / "model.keras")).num_choices == 3
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train)]) == 0
+    capsys.readouterr()
+    assert cli.main(["predict", str(out / "model.keras"), "--file", str(train)]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [answer["id"] for answer in answers] == [row["id"] for row in rows]
+    assert all(len(answer["probabilities"]) == 3 for answer in answers)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "choices": options[:2]}) + "\n")
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(bad)]) == 2
+    assert "bad.jsonl, line 2: the record has 2 choices where the first has 3" in capsys.readouterr().err
