@@ -43,10 +43,19 @@ def test_a_label_training_never_saw_is_named_with_its_file_and_line(tmp_path):
     assert data.xy("train") == (["a", "b"], [1, 0])
 
 
-def test_labels_kbert_cannot_fit_as_classes_are_refused_in_one_line(tmp_path):
-    scores = write(tmp_path / "scores.jsonl", '{"text": "a", "label": 0.5}\n{"text": "b", "label": 4.25}\n')
-    with pytest.raises(ValueError, match=r"scores\.jsonl: its labels are fractional numbers \(regression\)"):
-        read_file_data(scores)
+def test_the_labels_choose_the_task_and_a_label_that_does_not_fit_it_is_named(tmp_path):
+    scores = write(tmp_path / "scores.jsonl", '{"text": "a", "label": 0.5}\n{"text": "b", "label": 4.25}\n'
+                                              '{"text": "c", "label": 1}\n')
+    data = read_file_data(scores, validation=scores)
+    assert data.task_type == "regression" and data.xy("train") == (["a", "b", "c"], [0.5, 4.25, 1.0])
+    broken = write(tmp_path / "broken.tsv", "text\tscore\na\t0.5\nb\thigh\n")
+    with pytest.raises(DataFormatError, match=r"broken\.tsv, line 3: the label 'high' is not a number"):
+        read_file_data(broken, task_type="regression")
+    tags = write(tmp_path / "tags.jsonl", '{"text": "a", "labels": ["x", "y"]}\n{"text": "b", "labels": []}\n'
+                                          '{"text": "c", "labels": ["y"]}\n')
+    data = read_file_data(tags, validation=tags)
+    assert data.task_type == "multi-label" and data.class_names == ["x", "y"]
+    assert data.xy("train")[1] == [["x", "y"], [], ["y"]]
     one = write(tmp_path / "one.csv", "text,label\na,x\nb,x\n")
     with pytest.raises(ValueError, match=r"every example has the label 'x'"):
         read_file_data(one)
