@@ -17,7 +17,9 @@ def add_commands(commands):
     export = add_command(commands, "export", "write a trained model as a SavedModel for TF Serving", _export,
                          check=_check_export, output_folders=_export_folders, backend="tensorflow")
     export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
-    export.add_argument("--name", required=True, help="the model's name: writes OUT/NAME/VERSION/")
+    export.add_argument("--name", required=True,
+                        help="the model's name, one folder name (letters, digits, '.', '_', '-'): writes "
+                             "OUT/NAME/VERSION/")
     export.add_argument("--out", default="saved_models", help="the folder of served models")
     export.add_argument("--version", type=positive_int, default=None, help="default: one more than the highest")
     export.add_argument("--overwrite", action="store_true", help="replace an existing version")
@@ -61,8 +63,13 @@ def _export_folders(args):
 
 
 def _check_export(args):
+    import re
+
     from kbert.runs.outputs import check_input_file, check_output_folder
 
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", args.name) or args.name in (".", ".."):
+        raise ValueError(f"--name {args.name!r} is not a model name: one folder name of letters, digits, '.', '_' "
+                         "and '-' (not '.' or '..'), which goes under --out.")
     check_input_file(args.model, "MODEL")
     check_output_folder(args.out, "--out")
 

@@ -188,6 +188,9 @@ class TaskModel(
 
     def _task_dataset(self, x, y=None, sample_weight=None, batch_size=None, **kwargs):
         """`kbert.data.task_dataset` of raw inputs (TensorFlow, and this model's preprocessor)."""
+        check_batch_size(batch_size)
+        if _is_empty(x):
+            raise ValueError("Got no examples: the input is empty.")
         require_tensorflow("Raw-text input (tf.data and the TF-Text preprocessor)")
         from kbert.preprocessing.input_pipeline import task_dataset
 
@@ -314,6 +317,20 @@ def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settin
         )
     check_compatible(encoder, preprocessor)
     return encoder, preprocessor
+
+
+def check_batch_size(batch_size):
+    """A batch size: None (the default) or a positive integer."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                   or batch_size < 1):
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+
+
+def _is_empty(x):
+    """Whether raw input holds no example: `[]`, or a tuple of empty lists."""
+    if isinstance(x, tuple):
+        return bool(x) and all(_is_empty(part) for part in x)
+    return isinstance(x, (list, np.ndarray)) and len(x) == 0
 
 
 def head_setting(preprocessor, name, value):

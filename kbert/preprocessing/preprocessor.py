@@ -17,9 +17,14 @@ def split_segments(inputs):
             "Preprocessor takes texts or a (texts_a, texts_b) tuple, not a dict "
             f"(got keys {sorted(inputs)})."
         )
-    if isinstance(inputs, (tuple, list)) and len(inputs) in (1, 2) and not isinstance(
-        inputs[0], (str, bytes)
-    ):
+    if isinstance(inputs, list) and inputs and isinstance(inputs[0], (list, tuple)):
+        # Python lists in a list: `[[a, b], ...]` rows or `[texts_a, texts_b]`, a guess that can transpose
+        # pairs. (A list of two tensors is a pair: Keras hands a layer's tuple input over as a list.)
+        raise ValueError(
+            "Give text pairs as a tuple of two lists, (texts_a, texts_b); a list of lists is ambiguous (rows "
+            "[a, b] would be read as columns). For rows: texts_a, texts_b = map(list, zip(*rows))."
+        )
+    if isinstance(inputs, (tuple, list)) and len(inputs) in (1, 2) and not isinstance(inputs[0], (str, bytes)):
         return list(inputs), True
     return [inputs], False
 

@@ -134,8 +134,13 @@ class TaskPreprocessor(PreprocessingLayer):
         return (inputs, *rest) if rest else inputs
 
     def record_text_pairs(self, is_pair):
+        """Records whether the model reads pairs, from the first texts; later texts of the other kind are refused."""
         if self.text_pairs is None:
             self.text_pairs = bool(is_pair)
+        elif bool(is_pair) != self.text_pairs:
+            raise ValueError("This model reads text pairs, (texts_a, texts_b); got single texts." if self.text_pairs
+                             else "This model reads single texts; got text pairs. Its answers to pairs would mean "
+                                  "nothing: train a model on pairs for them.")
 
     def call(self, x, y=None, sample_weight=None):
         """The forward step on one batch: model inputs, or `(inputs, y[, sample_weight])`."""
@@ -207,9 +212,14 @@ def as_text_array(texts):
 
 
 def check_sample_weight(sample_weight, count, what):
+    """Sample weights as float32: one per example, finite and not negative (one NaN would make every weight NaN)."""
     sample_weight = np.asarray(sample_weight, dtype="float32")
     if len(sample_weight) != count:
         raise ValueError(f"Got {count} {what} but {len(sample_weight)} sample weights.")
+    bad = np.flatnonzero(~np.isfinite(sample_weight) | (sample_weight < 0))
+    if bad.size:
+        raise ValueError(f"Sample weights must be finite and not negative; {sample_weight[bad[0]]} at index "
+                         f"{bad[0]} is not.")
     return sample_weight
 
 

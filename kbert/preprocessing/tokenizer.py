@@ -42,7 +42,7 @@ def read_vocabulary(vocabulary, lowercase=None):
     Raises:
         ValueError: the file is not UTF-8 or holds a NUL byte (a
             `DataFormatError` naming file and line); a token is empty, has
-            surrounding whitespace, repeats or holds a NUL; a special token
+            surrounding whitespace, repeats or holds a NUL or a line break; a special token
             is missing; the casing does not fit `lowercase`.
     """
     if isinstance(vocabulary, (str, os.PathLike)):
@@ -64,6 +64,9 @@ def read_vocabulary(vocabulary, lowercase=None):
             )
         if "\x00" in token:  # TF-Text's WordPiece cannot hold it
             raise ValueError(f"{source}, line {line}: a token holds a NUL character: {token!r}.")
+        if any(end in token for end in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+            # vocab.txt holds a token a line: it would split in two there and number every later token wrong.
+            raise ValueError(f"{source}, line {line}: a token holds a line break: {token!r}.")
         if token in seen:
             raise ValueError(
                 f"{source}, line {line}: token {token!r} repeats line {seen[token]}."

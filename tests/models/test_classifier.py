@@ -307,3 +307,24 @@ def test_multi_label_and_regression_heads_fit_report_save_and_load(problem_type,
     restored = kbert.load_model(str(tmp_path / "model.keras"))
     assert restored.problem_type == problem_type and restored.get_config() == model.get_config()
     np.testing.assert_allclose(restored.predict(TEXTS, verbose=0), model.predict(TEXTS, verbose=0), atol=1e-5)
+
+
+def test_the_api_refuses_what_it_would_get_wrong():
+    model = tiny_classifier()
+    rows = [["a good film", "the cat"], ["a bad film", "a dog"]]
+    with pytest.raises(ValueError, match=r"tuple of two lists, \(texts_a, texts_b\); a list of lists is ambiguous"):
+        model.fit(rows, [1, 0], verbose=0)
+    model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # single texts from now on
+    with pytest.raises(ValueError, match="This model reads single texts; got text pairs"):
+        model.predict((["a good film"], ["the cat"]), verbose=0)
+    for weights, bad in (([1.0, np.nan, 1.0, 1.0], "nan"), ([1.0, -2.0, 1.0, 1.0], "-2.0")):
+        with pytest.raises(ValueError, match=f"finite and not negative; {bad} at index 1"):
+            model.fit(TEXTS, LABELS, sample_weight=weights, verbose=0)
+    with pytest.raises(ValueError, match=r"`batch_size` must be a positive integer, got -1"):
+        model.fit(TEXTS, LABELS, batch_size=-1, verbose=0)
+    with pytest.raises(ValueError, match="Got no examples"):
+        model.predict([], verbose=0)
+    with pytest.raises(ValueError, match=r"repeat a name: \['a', 'a'\]"):
+        tiny_classifier(class_names=["a", "a"])
+    with pytest.raises(ValueError, match=r"line 28: a token holds a line break"):
+        kbert.Tokenizer(TINY_VOCABULARY + ["new\nline"])

@@ -101,3 +101,13 @@ def test_a_saved_model_that_touches_files_is_refused_unless_trusted(file_touchin
     assert cli.main(["predict", "--trust", path, "hello"]) == 0
     assert json.loads(capsys.readouterr().out) == {"labels": "hello the secret"}
     assert written.read_text() == "hello"
+
+
+def test_export_name_is_one_folder_name(exported, tmp_path, capsys):
+    model, _ = exported["classifier"]
+    keras_file = tmp_path / "model.keras"
+    model.save(str(keras_file))
+    for name in ("../../elsewhere", "/abs/path", "", "..", "a/b"):
+        assert cli.main(["export", str(keras_file), "--name", name, "--out", str(tmp_path / "served")]) == 2
+        assert "is not a model name: one folder name" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model.keras"]
