@@ -189,7 +189,7 @@ def _file_batches(args, predictor):
     wanted = [roles[name] for name in predictor.inputs]
     ids, columns = [], {name: [] for name in predictor.inputs}
     for line_number, values in records:
-        if ids == [] and not any(columns.values()):
+        if line_number == records.first_line_number:
             _check_columns(args, predictor, records.roles, wanted)
         ids.append(values.get("id", str(line_number)))
         for name, role in zip(predictor.inputs, wanted):

@@ -4,9 +4,9 @@ import os
 
 from kbert.cli.arguments import (
     add_attention_dropout_argument,
-    add_data_file_arguments,
     add_backend_argument,
     add_command,
+    add_data_file_arguments,
     add_quiet_argument,
     add_run_folder_arguments,
     add_strategy_arguments,
@@ -57,7 +57,8 @@ def add_commands(commands):
                             "file's labels, integers by value, else sorted)")
     add_conll_arguments(train)
     train.add_argument("--validation-split", type=open_fraction, default=0.1,
-                       help="without --validation: the part of each class of --train to validate on (seeded)")
+                       help="without --validation: the part of --train to validate on (seeded; stratified by class "
+                            "for a classifier, whole articles for questions)")
     train.add_argument("--encoder", default="tiny",
                        help="a preset (tiny ... large), a checkpoint folder or name (all-minilm-l6-v2, "
                             "a Hugging Face id such as bert-base-uncased, a keras-hub preset such as "

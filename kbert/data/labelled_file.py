@@ -159,6 +159,7 @@ class _Records:
         self.column_names = None if column_names is None else list(column_names)
         self.choices = choices
         self.num_choices = None
+        self.first_line_number = None
         if choices and self.file_format != "jsonl":
             raise ValueError(f"{self.path}: multiple-choice examples are JSON Lines records (a list of choices "
                              "each), not {self.file_format}.")
@@ -182,6 +183,7 @@ class _Records:
             columns, rows = _header(path, rows, file_format, self.wanted, self.header)
         for line_number, row in rows:
             if self.roles is None:
+                self.first_line_number = line_number
                 self.roles = _roles(path, columns if columns is not None else list(row), self.wanted,
                                     self.require_labels, self.choices)
             roles = self.roles
