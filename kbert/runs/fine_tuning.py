@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbert.runs.own_data import FILE_SEQUENCE_LENGTH, GLUE_FILES, FileData, named_file_data
+from kbert.runs.named_data import FILE_SPLITS, named_file_data
+from kbert.runs.own_data import FILE_SEQUENCE_LENGTH, FileData
 
 # The bert-base-uncased vocabulary ships with this checkpoint package.
 DEFAULT_VOCABULARY_CHECKPOINT = "all-minilm-l6-v2"
@@ -69,7 +70,7 @@ RECIPES = {
     # SICK's trial split is its dev split.
     "sick": _classification(("train", "trial", "test"), "test", "accuracy", 64,
                             ("entailment", "neutral", "contradiction"), validation_split="trial"),
-    # GLUE's CoLA (Matthews' correlation), STS-B (a score: Pearson) and WNLI, read as a user's files are.
+    # GLUE's CoLA (Matthews' correlation), STS-B (a score: Pearson) and WNLI.
     "cola": _classification(("train", "dev"), "dev", "matthews_correlation", 64, ("unacceptable", "acceptable")),
     "stsb": Recipe("classifier", ("train", "dev"), "dev", "pearson", 128,
                    (("num_classes", 1), ("problem_type", "regression"))),
@@ -195,19 +196,8 @@ def load_split(task, split, source="local"):
         if name == "conll2003":
             return data.load_conll2003(split, source="tfds")
         return data.load_glue(name, split, source="tfds")
-    if name in GLUE_FILES:  # read as a user's files are
-        return named_file_data(name, str(data.data_dir())).xy({"train": "train", "dev": "validation"}[split])
-    if name in ("sst2", "rte", "mrpc"):
-        return data.load_glue(name, split)
-    if name == "sms_spam":
-        train, test = data.split_sms_spam(*data.load_sms_spam())
-        return train if split == "train" else test
-    if name == "sick":
-        return data.load_sick(split)
-    if name == "squad":
-        train_articles, eval_articles = data.squad_article_split()
-        return data.load_squad(articles=train_articles if split == "train" else eval_articles), None
-    return data.load_conll2003(split)
+    # Every named data set is read as a user's files are.
+    return named_file_data(name, str(data.data_dir())).xy(FILE_SPLITS[split])
 
 
 def sample_examples(x, y, count, seed=0):

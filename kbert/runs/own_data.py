@@ -1,7 +1,6 @@
 """A user's own labelled files as a run's data: read, split, labelled, and recorded in the run folder."""
 
 import dataclasses
-import functools
 import hashlib
 import os
 
@@ -176,7 +175,7 @@ def _has_choices(path):
         if line.strip():
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return False  # the reader names the line
             return isinstance(record, dict) and any(
                 isinstance(record.get(name), list) and record[name] and all(isinstance(c, str) for c in record[name])
@@ -440,26 +439,3 @@ def read_evaluation_data(path, model, columns=None, tag_column=-1, scheme="auto"
                              f"{model.num_choices}.")
         return FileData(None, None, examples, None, None, 0, "multiple-choice")
     return read_evaluation_file(path, model, columns)
-
-
-# The named data sets read by this same path, from their GLUE files under
-# `kbert.data.data_dir()`: the files, how to read them, and their labels' ids.
-GLUE_FILES = {
-    "cola": {"folder": "CoLA", "columns": {"text_column": "sentence", "label_column": "label",
-                                           "column_names": ("source", "label", "mark", "sentence")},
-             "labels": ("0", "1")},
-    "stsb": {"folder": "STS-B", "columns": {"label_column": "score"}, "task_type": "regression"},
-    "wnli": {"folder": "WNLI", "columns": {}, "labels": ("0", "1")},
-}
-
-
-@functools.lru_cache(maxsize=None)
-def named_file_data(name, data_dir):
-    """The `FileData` of a named data set of `GLUE_FILES`: train.tsv to train on, dev.tsv to validate and score on."""
-    from kbert.data.paths import DataSource, find_data_file
-
-    spec = GLUE_FILES[name]
-    source = DataSource(url="https://gluebenchmark.com/tasks", automatic=False)
-    train, dev = (find_data_file(f"glue/{spec['folder']}/{split}.tsv", source) for split in ("train", "dev"))
-    return read_file_data(train, validation=dev, columns=spec["columns"], labels=spec.get("labels"),
-                          task_type=spec.get("task_type"))

@@ -101,7 +101,7 @@ def test_predict_answers_a_file_from_the_keras_model_and_the_export_alike(spam_r
     assert "has pairs (its column 'text_pair'), but" in capsys.readouterr().err
 
 
-def test_train_takes_a_headerless_tsv_with_stray_quotes_and_its_own_class_order(tmp_path):
+def test_a_headerless_tsv_with_stray_quotes_and_its_own_class_order_trains_evaluates_and_predicts(tmp_path, capsys):
     lines = [f'{text.replace(chr(10), " ")} "{i}\t{label}' for i, (_, text, label) in enumerate(messages(30))]
     train = tmp_path / "train.tsv"
     train.write_text("\n".join(lines) + "\n")
@@ -111,6 +111,13 @@ def test_train_takes_a_headerless_tsv_with_stray_quotes_and_its_own_class_order(
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["classes"] == ["spam", "ham"] and metrics["split"] == "validation"
     assert metrics["data"]["files"]["train"]["rows"] + metrics["examples"] == 30
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train), "--out", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["examples"] == 30
+    assert cli.main(["export", str(out / "model.keras"), "--name", "m", "--out", str(tmp_path / "served")]) == 0
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "served" / "m"), "--file", str(train)]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(answers) == 30 and all(answer["labels"] in ("spam", "ham") for answer in answers)
 
 
 def test_train_explains_what_it_needs_in_one_line(tmp_path, capsys):
@@ -143,13 +150,17 @@ def test_a_two_column_conll_file_with_its_own_tags_trains_evaluates_and_predicts
     tags = ["O", "B-DOSE", "I-DOSE", "B-DRUG", "I-DRUG", "B-FREQ", "I-FREQ", "B-PER", "I-PER"]
     assert metrics["data"]["tags"] == tags and metrics["support"] == 4
     assert kbert.load_model(str(out / "model.keras")).labels == tags
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train), "--out", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["support"] == 48
     unknown = tmp_path / "other.conll"
     unknown.write_text("Paris\tB-LOC\n")
     capsys.readouterr()
     assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(unknown)]) == 2
     assert "other.conll, line 1: unknown tag 'B-LOC'" in capsys.readouterr().err
+    assert cli.main(["export", str(out / "model.keras"), "--name", "m", "--out", str(tmp_path / "served")]) == 0
     texts = write_csv(tmp_path / "texts.csv", [("s1", "Anna Lee took aspirin 200 mg daily .")], header=("id", "text"))
-    assert cli.main(["predict", str(out / "model.keras"), "--file", texts]) == 0
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "served" / "m"), "--file", texts]) == 0
     [answer] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert answer["id"] == "s1" and answer["words"] == [word for word, _ in TAGGED[2:]]
     assert set(answer["tags"]) <= set(tags)
@@ -169,9 +180,12 @@ def test_squad_format_json_from_any_path_trains_and_answers(tmp_path, capsys):
     assert metrics["data"]["task_type"] == "question-answering" and "f1" in metrics
     # Whole articles go to validation: no context is on both sides.
     assert metrics["data"]["files"]["validation"]["rows"] == 2 and metrics["train_examples"] == 8
+    assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train), "--out", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["examples"] == 10
+    assert cli.main(["export", str(out / "model.keras"), "--name", "m", "--out", str(tmp_path / "served")]) == 0
     asked = write_csv(tmp_path / "ask.csv", [("Who slept?", context)], header=("question", "context"))
     capsys.readouterr()
-    assert cli.main(["predict", str(out / "model.keras"), "--file", asked]) == 0
+    assert cli.main(["predict", str(tmp_path / "served" / "m"), "--file", asked]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["id"] == "2" and answer["text"] == context[answer["start"]:answer["end"]]
 

@@ -78,16 +78,3 @@ kbert.cli.main(sys.argv[1:])
 """
 
 
-def test_cola_stsb_and_wnli_are_read_from_their_glue_files_as_a_users_files_are():
-    from kbert.runs.fine_tuning import RECIPES, load_split
-
-    expected = {"cola": (8551, 1043), "stsb": (5749, 1500), "wnli": (635, 71)}
-    for task, sizes in expected.items():
-        splits = [load_split(task, split) for split in ("train", "dev")]
-        assert tuple(len(y) for _, y in splits) == sizes, task
-    (sentences, labels), _ = [load_split("cola", split) for split in ("train", "dev")]
-    assert sentences[0] == "Our friends won't buy this analysis, let alone the next one we propose."
-    assert sorted(set(labels)) == [0, 1] and labels.count(1) == 6023  # GLUE's counts (shared/data README)
-    (pairs, scores) = load_split("stsb", "train")
-    assert pairs[0][0] == "A plane is taking off." and scores[:2] == [5.0, 3.8]
-    assert RECIPES["cola"].metric == "matthews_correlation" and RECIPES["stsb"].metric == "pearson"
