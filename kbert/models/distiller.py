@@ -290,13 +290,21 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
         from kbert.preprocessing.task_preprocessor import make_examples
 
         preprocessor = self.student.preprocessor
+        if isinstance(self.teacher, Classifier):
+            # Checked before the student's preprocessor, which would refuse another form in its own words.
+            from kbert.preprocessing.preprocessor import split_segments
+
+            forms = {split_segments(x)[1] for group in groups for x, _ in group}
+            if len(forms) > 1:
+                raise ValueError(ONE_FORM)
+            if forms:
+                self._check_text_pairs(forms.pop())
         parts = []
         for x, y in (pair for group in groups for pair in group):
             examples = preprocessor.examples(x, y)
             labels = examples.tensors[1] if y is not None else np.full(examples.count, UNLABELED, "int32")
             parts.append((examples.tensors[0], labels.astype("int32")))
         features = _concatenate([features for features, _ in parts])
-        self._check_text_pairs(features)
         logits = np.asarray(self.teacher.predict(features, batch_size=batch_size, verbose=verbose), "float32")
 
         results, row = [], 0
@@ -312,13 +320,10 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
             results.append(make_examples((group_features, targets), len(labels)))
         return results
 
-    def _check_text_pairs(self, features):
-        """Refuses single texts for a teacher of text pairs, and the other way round."""
-        if not isinstance(self.teacher, Classifier) or self.teacher.text_pairs is None:
+    def _check_text_pairs(self, pairs):
+        """Refuses single texts (`pairs` False) for a teacher of text pairs, and the other way round."""
+        if self.teacher.text_pairs is None:
             return
-        from kbert.preprocessing.preprocessor import split_segments
-
-        pairs = split_segments(features)[1]
         if pairs != self.teacher.text_pairs:
             kind = {True: "text pairs", False: "single texts"}
             raise ValueError(
@@ -403,6 +408,10 @@ def _labels(targets):
     return labels, ops.cast(labels != UNLABELED, "float32")
 
 
+ONE_FORM = ("The inputs of `x`, `unlabeled` and `validation_data` must be of one form (all single texts, or "
+            "all text pairs).")
+
+
 def _concatenate(features):
     """The features of several inputs, of one form, as one input of that form."""
     first = features[0]
@@ -410,10 +419,7 @@ def _concatenate(features):
         try:
             keras.tree.assert_same_structure(first, other)
         except (ValueError, TypeError):
-            raise ValueError(
-                "The inputs of `x`, `unlabeled` and `validation_data` must be of one form (all single "
-                "texts, or all text pairs)."
-            ) from None
+            raise ValueError(ONE_FORM) from None
     if len(features) == 1:
         return first
     return keras.tree.map_structure(lambda *arrays: np.concatenate(arrays), *features)

@@ -66,6 +66,25 @@ class BaseTokenizer(PreprocessingLayer):
         """Token ids of each text, a `tf.RaggedTensor` of int32."""
         return self(texts)
 
+    # How many characters one token can span (`cut_texts`), and the runs of
+    # characters that only separate words, which `cut_texts` makes one space.
+    chars_per_token = 64
+    separator_runs = None
+
+    def cut_texts(self, texts, max_tokens):
+        """Each text cut to the characters its first `max_tokens` tokens can span: a batch of strings.
+
+        Tokenizing the cut texts gives the same first `max_tokens` tokens as
+        the whole texts (for words of at most `chars_per_token - 1`
+        characters), and the work, and memory, of tokenizing them is bounded
+        by `max_tokens`, whatever the length of the text sent: a preprocessor
+        that keeps `max_tokens` tokens cuts its texts first.
+        """
+        texts, _ = self._batch(texts)
+        if self.separator_runs:
+            texts = tf.strings.regex_replace(texts, self.separator_runs, " ")
+        return tf.strings.substr(texts, 0, max_tokens * self.chars_per_token, unit="UTF8_CHAR")
+
     # Input handling.
     def _batch(self, texts):
         """`(texts, scalar)`: a 1-D batch of valid UTF-8 strings, and whether the input was one text."""

@@ -100,14 +100,17 @@ class Preprocessor(PreprocessingLayer):
             ]
             with tf.control_dependencies(checks):
                 segments = [tf.identity(s) for s in segments]
-        token_ids = [self.tokenizer(s if not scalar else s[tf.newaxis]) for s in segments]
         # [CLS] plus one [SEP] per segment.
-        budget = self.sequence_length - 1 - len(token_ids)
-        if budget < len(token_ids):
+        budget = self.sequence_length - 1 - len(segments)
+        if budget < len(segments):
             raise ValueError(
-                f"`sequence_length` {self.sequence_length} leaves no room for {len(token_ids)} "
+                f"`sequence_length` {self.sequence_length} leaves no room for {len(segments)} "
                 "texts besides [CLS] and [SEP]."
             )
+        # Only the first `budget` tokens of a text can be kept: cutting it to
+        # what they span first bounds the work by `sequence_length`, not by
+        # the length of the text sent (a served model's request).
+        token_ids = [self.tokenizer(self.tokenizer.cut_texts(s, budget)) for s in segments]
         # No text keeps more than the budget, so capping each first changes no
         # result; it bounds ShrinkLongestTrimmer, which cuts a token per step.
         # For one text the cap is the whole cut.

@@ -134,8 +134,13 @@ class TaskPreprocessor(PreprocessingLayer):
         return (inputs, *rest) if rest else inputs
 
     def record_text_pairs(self, is_pair):
+        """Records whether the model reads pairs, from the first texts; later texts of the other kind are refused."""
         if self.text_pairs is None:
             self.text_pairs = bool(is_pair)
+        elif bool(is_pair) != self.text_pairs:
+            raise ValueError("This model reads text pairs, (texts_a, texts_b); got single texts." if self.text_pairs
+                             else "This model reads single texts; got text pairs. Its answers to pairs would mean "
+                                  "nothing: train a model on pairs for them.")
 
     def call(self, x, y=None, sample_weight=None):
         """The forward step on one batch: model inputs, or `(inputs, y[, sample_weight])`."""

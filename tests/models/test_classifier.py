@@ -314,7 +314,9 @@ def test_the_api_refuses_what_it_would_get_wrong():
     rows = [["a good film", "the cat"], ["a bad film", "a dog"]]
     with pytest.raises(ValueError, match=r"tuple of two lists, \(texts_a, texts_b\); a list of lists is ambiguous"):
         model.fit(rows, [1, 0], verbose=0)
-    model.fit(TEXTS, LABELS, epochs=1, verbose=0)
+    model.fit(TEXTS, LABELS, epochs=1, verbose=0)  # single texts from now on
+    with pytest.raises(ValueError, match="This model reads single texts; got text pairs"):
+        model.predict((["a good film"], ["the cat"]), verbose=0)
     for weights, bad in (([1.0, np.nan, 1.0, 1.0], "nan"), ([1.0, -2.0, 1.0, 1.0], "-2.0")):
         with pytest.raises(ValueError, match=f"finite and not negative; {bad} at index 1"):
             model.fit(TEXTS, LABELS, sample_weight=weights, verbose=0)

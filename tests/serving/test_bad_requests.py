@@ -92,3 +92,19 @@ def test_tf_examples_or_token_ids_of_another_rank_are_refused(signatures, export
                        match=r"token_ids must be 2-D, \(batch, tokens\); " + shape_given((1, 1, 16))):
         by_ids(**{name: value[None] for name, value in good.items()})
     assert by_ids(**good)["label_ids"].shape == (1,)
+
+
+def test_a_huge_text_costs_what_sequence_length_allows_and_answers_as_its_first_tokens(signatures):
+    from tests.memory import current_mb, peak_mb
+
+    serve = signatures["serving_default"]
+    answer = serve(text=tf.constant(["the cat sat"]))["probabilities"].numpy()
+    # Tens of megabytes of spaces between words that fit change nothing.
+    padded = "the" + " " * 30_000_000 + "cat\n\t sat" + "\u3000" * 10_000_000
+    assert serve(text=tf.constant([padded]))["probabilities"].numpy() == pytest.approx(answer, abs=1e-6)
+    # 60 MB of words (15 million): tokenizing them all took gigabytes; only the first ones are read.
+    long_text = "the cat sat " * 5_000_000
+    first = serve(text=tf.constant([long_text[:2000]]))["probabilities"].numpy()
+    before = current_mb()
+    assert serve(text=tf.constant([long_text]))["probabilities"].numpy() == pytest.approx(first, abs=1e-6)
+    assert peak_mb() < before + 1000
