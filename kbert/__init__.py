@@ -159,7 +159,10 @@ def load_model(path):
     that is missing, a folder, or not a whole `.keras` archive (truncated,
     corrupt), or whose members declare more bytes than a model holds
     (`kbert.io.safe_loading.LIMITS`), fails with one line naming it, before
-    anything in it is read.
+    anything in it is read; so does one whose config nests too deep or
+    implies more weights than its weights file holds (`vocabulary_size`,
+    `num_layers` ...: `kbert.io.safe_loading.check_keras_file`), before the
+    model is built, and one that names a class neither kbert's nor Keras'.
 
     A file written by kbert 0.4 or earlier, whose Transformer blocks were
     keras-hub's, is read through an upgraded copy in a temporary folder
@@ -170,18 +173,24 @@ def load_model(path):
 
     import keras
 
-    from kbert.io.safe_loading import check_keras_file
+    from kbert.io.safe_loading import check_keras_file, keras_loading_refusal
 
-    check_keras_file(path)  # sizes bounded before Keras reads a byte
+    # Sizes bounded before Keras reads a byte; a local path with "://" in it is
+    # made one that Keras reads as a file.
+    readable = check_keras_file(path)
     _load()  # kbert's classes register with Keras when their modules load
     try:
         with tempfile.TemporaryDirectory(prefix="kbert-") as folder:
-            return keras.saving.load_model(_with_current_block_layout(path, folder))
+            return keras.saving.load_model(_with_current_block_layout(readable, folder))
     except (zipfile.BadZipFile, EOFError) as error:
         raise ValueError(f"{path} is not a valid .keras file: {error}.") from None
     except TypeError as error:
         # Keras wraps an error of a nested layer's `from_config` in a TypeError
-        # per level, each holding the whole config: the first one says it.
+        # per level, each holding the whole config: the class it does not know,
+        # or the first ValueError, says it.
+        refusal = keras_loading_refusal(path, error)
+        if refusal is not None:
+            raise refusal from None
         refusal = _first_value_error(error)
         if refusal is None:
             raise

@@ -23,14 +23,17 @@ from kbert.checkpoints.checkpoint_files import (
     CheckpointError,
     boolean,
     check_count_against_tensors,
+    check_layer_count,
     check_required,
     check_sizes_against_tensors,
+    check_weights_against_tensors,
     number,
     one_of,
     positive_int,
     rate,
     read_json,
     read_safetensors,
+    read_safetensors_shapes,
 )
 from kbert.checkpoints.encoder_weights import (
     encoder_tensors,
@@ -39,6 +42,7 @@ from kbert.checkpoints.encoder_weights import (
     set_head_tensors,
 )
 from kbert.checkpoints.huggingface import check_heads
+from kbert.io.safe_loading import encoder_weight_count
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -140,8 +144,12 @@ def encoder_config_from_albert(config, source):
     return arguments
 
 
-def check_config_against_tensors(arguments, tensors, config_path, weights_path):
-    """An ALBERT config's sizes against the tensors that hold them (before an encoder is built)."""
+def check_config_against_tensors(arguments, shapes, config_path, weights_path):
+    """An ALBERT config's sizes against the tensors that hold them (`{name: shape}`), before an encoder is built.
+
+    As for BERT (`huggingface.check_config_against_tensors`); the layer
+    count, which shared layers hold in no tensor, is bounded by `MAX_LAYERS`.
+    """
     check_sizes_against_tensors(config_path, weights_path, [
         ("vocab_size", arguments["vocabulary_size"], "embeddings.word_embeddings.weight", 0),
         ("embedding_size", arguments["embedding_size"], "embeddings.word_embeddings.weight", 1),
@@ -150,11 +158,22 @@ def check_config_against_tensors(arguments, tensors, config_path, weights_path):
         ("hidden_size", arguments["hidden_dim"], PROJECTION_KERNEL, 0),
         ("intermediate_size", arguments["intermediate_dim"],
          "encoder.albert_layer_groups.0.albert_layers.0.ffn.weight", 0),
-    ], tensors)
+    ], shapes)
     check_count_against_tensors(config_path, weights_path, "num_hidden_groups", arguments["num_groups"],
-                                tensors, r"encoder\.albert_layer_groups\.(\d+)\.")
+                                shapes, r"encoder\.albert_layer_groups\.(\d+)\.")
     check_count_against_tensors(config_path, weights_path, "inner_group_num", arguments["num_inner_repetitions"],
-                                tensors, r"encoder\.albert_layer_groups\.0\.albert_layers\.(\d+)\.")
+                                shapes, r"encoder\.albert_layer_groups\.0\.albert_layers\.(\d+)\.")
+    check_layer_count(config_path, "num_hidden_layers", arguments["num_layers"], arguments["num_inner_repetitions"])
+    sizes = {theirs: arguments[ours] for theirs, ours in _CONFIG_KEYS.items() if theirs != "num_attention_heads"}
+    check_weights_against_tensors(config_path, weights_path, _albert_weights, sizes, shapes)
+
+
+def _albert_weights(sizes):
+    return encoder_weight_count(
+        sizes["vocab_size"], sizes["num_hidden_layers"], sizes["hidden_size"], sizes["intermediate_size"],
+        sizes["max_position_embeddings"], sizes["type_vocab_size"], sizes["embedding_size"],
+        sizes["num_hidden_groups"], sizes["inner_group_num"], shared=True,
+    )
 
 
 def albert_config(encoder):
@@ -196,9 +215,12 @@ def read_albert_folder(folder):
     one_of(config, "model_type", config_path, ("albert",), None)
     arguments = encoder_config_from_albert(config, config_path)
     weights_path = os.path.join(folder, WEIGHTS_FILE)
+    # The config is checked against the tensors' shapes (the file's header)
+    # before any tensor is read, or an encoder built.
+    shapes = {name.removeprefix(_PREFIX): shape for name, shape in read_safetensors_shapes(weights_path).items()}
+    check_config_against_tensors(arguments, shapes, config_path, weights_path)
     tensors = read_safetensors(weights_path)
     tensors = {name.removeprefix(_PREFIX): value for name, value in tensors.items()}
-    check_config_against_tensors(arguments, tensors, config_path, weights_path)
     sentence_piece_path = os.path.join(folder, SENTENCE_PIECE_FILE)
     if not os.path.exists(sentence_piece_path):
         raise FileNotFoundError(f"{folder} has no {SENTENCE_PIECE_FILE} (ALBERT's SentencePiece model).")

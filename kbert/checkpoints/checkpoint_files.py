@@ -5,12 +5,22 @@ checkpoints, keras-hub presets) goes through these readers and checks:
 JSON configs (`read_json`), their keys (`positive_int`, `rate`,
 `one_of`, `boolean`), safetensors files (`read_safetensors`), and
 tensors with NaN or infinity in them (`check_finite`).
+
+Sizes a config declares are checked against the tensors before an encoder
+is built (`check_sizes_against_tensors`, `check_count_against_tensors`,
+`check_weights_against_tensors`), on the shapes a weights file declares
+(`read_safetensors_shapes` reads a safetensors header, not its data): a
+config that claims 100,000 layers or 20,000,000 positions beside a small
+weights file is refused before anything of that size is allocated.
 """
 
 import json
 import os
 
 import numpy as np
+
+from kbert.io.safe_loading import MAX_LAYERS, allowed_weights, claimed_key
+from kbert.io.text_files import MAX_JSON_DEPTH, json_too_deep
 
 # Configs are a few kilobytes; a bigger file is not a config (and is not read into memory).
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -44,12 +54,19 @@ def read_json(path):
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise CheckpointError(path, f"invalid UTF-8 at byte {error.start}.", line_number=line) from None
+    line = json_too_deep(data)
+    if line is not None:
+        raise CheckpointError(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels; refused before parsing it.",
+                              line_number=line)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise CheckpointError(
             path, f"not valid JSON: {error.msg} (column {error.colno}).", line_number=error.lineno
         ) from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise CheckpointError(path, f"not valid JSON: {reason}") from None
     if not isinstance(value, dict):
         raise CheckpointError(path, f"expected a JSON object ({{...}}), found a JSON {_json_type(value)}.")
     return value
@@ -147,6 +164,24 @@ def read_safetensors(path):
     return tensors
 
 
+def read_safetensors_shapes(path):
+    """`{name: shape}` of a safetensors file, from its header: no tensor is read.
+
+    The header is checked against the file (every tensor's bytes inside
+    it), so the shapes are bounded by the file's size. A file that is not
+    safetensors fails with the `CheckpointError` of `read_safetensors`.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = os.fspath(path)
+    try:
+        with safe_open(path, framework="numpy") as file:
+            return {name: tuple(file.get_slice(name).get_shape()) for name in file.keys()}
+    except (SafetensorError, ValueError, TypeError, OSError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise CheckpointError(path, f"not a readable safetensors file (truncated or damaged?): {reason}") from None
+
+
 def is_float(array):
     # bfloat16 (from ml_dtypes) is a float that NumPy files under kind "V".
     return array.dtype.kind == "f" or array.dtype.name == "bfloat16"
@@ -171,35 +206,84 @@ def check_finite(tensors, path):
             )
 
 
-def check_sizes_against_tensors(config_path, weights_path, expectations, tensors):
+def check_sizes_against_tensors(config_path, weights_path, expectations, shapes):
     """Checks config sizes against the tensors that hold them, before an encoder of that size is built.
 
-    `expectations` lists `(key, value, tensor_name, axis)`: the tensor's size
-    along `axis` must equal the config's value. A config from another model
-    fails naming the key, the tensor and its shape, instead of building (and
-    allocating) an encoder of the wrong size first.
+    `expectations` lists `(key, value, tensor_name, axis)`: the tensor must
+    be in `shapes` (`{name: shape}`), and its size along `axis` must equal
+    the config's value. A config from another model, or one that claims a
+    size no tensor holds, fails naming the key, the tensor and its shape,
+    instead of building (and allocating) an encoder of that size first.
     """
     for key, value, name, axis in expectations:
-        tensor = tensors.get(name)
-        if tensor is None or np.ndim(tensor) <= axis:
-            continue  # a missing or odd tensor is named when the weights are assigned
-        if np.shape(tensor)[axis] != value:
+        shape = shapes.get(name)
+        if shape is None:
+            raise CheckpointError(
+                config_path, f"{key} is {value}, but {weights_path} holds no {name} to hold it; the config "
+                "and the weights disagree.", key=key
+            )
+        if len(shape) <= axis:
+            continue  # an odd tensor is named when the weights are assigned
+        if shape[axis] != value:
             raise CheckpointError(
                 config_path, f"{key} is {value}, but {weights_path} holds {name} of shape "
-                f"{tuple(np.shape(tensor))}; the config and the weights disagree.", key=key
+                f"{tuple(shape)}; the config and the weights disagree.", key=key
             )
 
 
-def check_count_against_tensors(config_path, weights_path, key, value, tensors, pattern):
-    """Checks a count in the config (layers, groups) against the tensor names: `pattern` captures the index."""
+def check_count_against_tensors(config_path, weights_path, key, value, shapes, pattern):
+    """Checks a count in the config (layers, groups) against the tensor names: `pattern` captures the index.
+
+    Every index below the count must have tensors; a run 0..n-1 of another
+    length than the count is refused too (a stray index beyond the count is
+    named when the weights are assigned).
+    """
     import re
 
-    indices = {int(m.group(1)) for m in map(re.compile(pattern).match, tensors) if m}
-    # Only a whole run 0..n-1 says how many there are; a stray index is named when the weights are assigned.
-    if indices and indices == set(range(len(indices))) and len(indices) != value:
+    indices = {int(m.group(1)) for m in map(re.compile(pattern).match, shapes) if m}
+    whole_run = indices == set(range(len(indices)))
+    if value > len(indices) or (whole_run and len(indices) != value):
         raise CheckpointError(
             config_path, f"{key} is {value}, but {weights_path} holds tensors for {len(indices)}; "
             "the config and the weights disagree.", key=key
+        )
+    absent = next((i for i in range(value) if i not in indices), None)
+    if absent is not None:
+        raise CheckpointError(
+            config_path, f"{key} is {value}, but {weights_path} holds no tensors for number {absent}; "
+            "the config and the weights disagree.", key=key
+        )
+
+
+def check_layer_count(config_path, key, num_layers, repetitions=1):
+    """Refuses more Transformer layers than kbert builds from a file (`MAX_LAYERS`).
+
+    Shared layers (ALBERT's groups) are in no tensor's shape: only this bounds the time to build them.
+    """
+    if num_layers * repetitions > MAX_LAYERS:
+        raise CheckpointError(
+            config_path, f"{key} is {num_layers}: {num_layers * repetitions:,} Transformer layers, over the "
+            f"{MAX_LAYERS:,} kbert builds from a checkpoint.", key=key
+        )
+
+
+def check_weights_against_tensors(config_path, weights_path, count, sizes, shapes=None, held=None, keys=None):
+    """The weights a config implies must not exceed those the tensors hold, before an encoder is built.
+
+    `count(sizes)` is a lower bound on the weights an encoder of the config
+    keys' `sizes` has (`kbert.io.safe_loading.encoder_weight_count`);
+    `shapes` are the weights file's tensors (or `held` their number of
+    values). The error names the key (of `keys`, all by default) that the
+    claim rests on most.
+    """
+    needed = count(sizes)
+    if held is None:
+        held = sum(int(np.prod(shape, dtype=object)) for shape in shapes.values())
+    if needed > allowed_weights(held):
+        key = claimed_key(count, sizes, list(sizes) if keys is None else keys)
+        raise CheckpointError(
+            config_path, f"{key} is {sizes[key]}: the config makes an encoder of at least {needed:,} weights, "
+            f"but {weights_path} holds {held:,}; the config and the weights disagree.", key=key
         )
 
 

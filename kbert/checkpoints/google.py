@@ -64,20 +64,30 @@ def read_google_checkpoint(folder):
 
     A config that does not parse, a checkpoint that TensorFlow cannot read
     (truncated, damaged) or a tensor with NaN or infinity fails with a
-    `CheckpointError` naming the file (and tensor).
+    `CheckpointError` naming the file (and tensor). The config is checked
+    against the shapes the checkpoint's index declares (which must fit in
+    its data files) before any tensor is read.
     """
     import tensorflow as tf
 
     prefix = checkpoint_prefix(folder)
     if prefix is None:
         raise FileNotFoundError(f"{folder} has no {CONFIG_FILE} with a bert_model.ckpt beside it.")
-    config = read_json(os.path.join(folder, CONFIG_FILE))
+    config_path = os.path.join(folder, CONFIG_FILE)
+    config = read_json(config_path)
+    arguments = encoder_arguments(config, config_path)
     tensors = {}
     name = None
     try:
         reader = tf.train.load_checkpoint(prefix)
-        for name in reader.get_variable_to_shape_map():
-            target = huggingface_name(name)
+        shapes = reader.get_variable_to_shape_map()
+        _check_declared_bytes(prefix, shapes, reader.get_variable_to_dtype_map())
+        targets = {name: huggingface_name(name) for name in shapes}
+        huggingface.check_config_against_tensors(arguments, {
+            target: tuple(shapes[name])[::-1] if name.endswith("/kernel") else tuple(shapes[name])
+            for name, target in targets.items() if target is not None
+        }, config_path, prefix)
+        for name, target in targets.items():
             if target is None:
                 continue
             value = np.asarray(reader.get_tensor(name))
@@ -86,7 +96,7 @@ def read_google_checkpoint(folder):
                 value = value.T  # Google stores dense kernels (in, out); Hugging Face (out, in).
             tensors[target] = value
     except CheckpointError:
-        raise  # a non-finite tensor, named already
+        raise  # a non-finite tensor, or a size the config and the tensors disagree on, named already
     except (tf.errors.OpError, IndexError, ValueError) as error:
         # TensorFlow's reader raises IndexError for a truncated data file; its
         # messages run over several lines and name its own source files.
@@ -96,3 +106,20 @@ def read_google_checkpoint(folder):
             prefix, f"not a readable TensorFlow checkpoint (truncated or damaged?): {where}{reason}", key=name
         ) from None
     return config, tensors
+
+
+def _check_declared_bytes(prefix, shapes, dtypes):
+    """The tensors an index declares must fit in the checkpoint's data files (TensorFlow allocates them first)."""
+    import glob
+
+    declared = 0
+    for name, shape in shapes.items():
+        dtype = dtypes.get(name)
+        size = getattr(dtype, "size", 0) if dtype is not None and dtype.name != "string" else 0
+        declared += int(np.prod(shape, dtype=object)) * size
+    held = sum(os.path.getsize(path) for path in glob.glob(glob.escape(prefix) + ".data-*"))
+    if declared > held + (1 << 20):
+        raise CheckpointError(
+            prefix, f"its index declares {declared:,} bytes of tensors, but its data files hold {held:,}; "
+            "the checkpoint is truncated or damaged."
+        )

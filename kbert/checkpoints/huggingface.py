@@ -16,15 +16,19 @@ from kbert.checkpoints.checkpoint_files import (
     CheckpointError,
     boolean,
     check_count_against_tensors,
+    check_layer_count,
     check_required,
     check_sizes_against_tensors,
+    check_weights_against_tensors,
     number,
     one_of,
     positive_int,
     rate,
     read_json,
     read_safetensors,
+    read_safetensors_shapes,
 )
+from kbert.io.safe_loading import encoder_weight_count
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -76,17 +80,34 @@ def check_heads(arguments, source):
         )
 
 
-def check_config_against_tensors(arguments, tensors, config_path, weights_path):
-    """A BERT config's sizes against the tensors that hold them (before an encoder is built)."""
+def check_config_against_tensors(arguments, shapes, config_path, weights_path):
+    """A BERT config's sizes against the tensors that hold them (`{name: shape}`), before an encoder is built.
+
+    Each size must be a tensor's (vocab_size and hidden_size the word
+    embeddings', max_position_embeddings the position embeddings', ...),
+    every layer must have tensors, and the weights the config implies in
+    all must not exceed those the file holds: so an encoder is never
+    bigger than its weights file.
+    """
     check_sizes_against_tensors(config_path, weights_path, [
         ("vocab_size", arguments["vocabulary_size"], "embeddings.word_embeddings.weight", 0),
         ("hidden_size", arguments["hidden_dim"], "embeddings.word_embeddings.weight", 1),
         ("max_position_embeddings", arguments["max_sequence_length"], "embeddings.position_embeddings.weight", 0),
         ("type_vocab_size", arguments["num_segments"], "embeddings.token_type_embeddings.weight", 0),
         ("intermediate_size", arguments["intermediate_dim"], "encoder.layer.0.intermediate.dense.weight", 0),
-    ], tensors)
+    ], shapes)
     check_count_against_tensors(config_path, weights_path, "num_hidden_layers", arguments["num_layers"],
-                                tensors, r"encoder\.layer\.(\d+)\.")
+                                shapes, r"encoder\.layer\.(\d+)\.")
+    check_layer_count(config_path, "num_hidden_layers", arguments["num_layers"])
+    sizes = {theirs: arguments[ours] for theirs, ours in _CONFIG_KEYS.items() if theirs != "num_attention_heads"}
+    check_weights_against_tensors(config_path, weights_path, _bert_weights, sizes, shapes)
+
+
+def _bert_weights(sizes):
+    return encoder_weight_count(
+        sizes["vocab_size"], sizes["num_hidden_layers"], sizes["hidden_size"], sizes["intermediate_size"],
+        sizes["max_position_embeddings"], sizes["type_vocab_size"],
+    )
 
 
 def huggingface_config(encoder):
@@ -126,12 +147,11 @@ def read_huggingface_folder(folder):
     one_of(config, "model_type", config_path, ("bert",), "bert")
     arguments = encoder_arguments(config, config_path)
     weights_path = os.path.join(folder, WEIGHTS_FILE)
-    tensors = read_safetensors(weights_path)
-    # Some exports prefix every name with the model type ("bert.embeddings...").
-    if tensors and all(name.startswith("bert.") or name.startswith("cls.") for name in tensors):
-        tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
-    tensors = {_current_name(name): value for name, value in tensors.items()}
-    check_config_against_tensors(arguments, tensors, config_path, weights_path)
+    # The config is checked against the tensors' shapes (the file's header)
+    # before any tensor is read, or an encoder built.
+    shapes = current_names(read_safetensors_shapes(weights_path))
+    check_config_against_tensors(arguments, shapes, config_path, weights_path)
+    tensors = current_names(read_safetensors(weights_path))
     vocabulary_path = os.path.join(folder, VOCABULARY_FILE)
     if not os.path.exists(vocabulary_path):
         raise FileNotFoundError(f"{folder} has no {VOCABULARY_FILE}.")
@@ -140,6 +160,17 @@ def read_huggingface_folder(folder):
     if os.path.exists(tokenizer_config_path):
         lowercase = boolean(read_json(tokenizer_config_path), "do_lower_case", tokenizer_config_path, None)
     return arguments, tensors, vocabulary_path, lowercase
+
+
+def current_names(tensors):
+    """A dict of tensors (or shapes) under today's `BertModel` names.
+
+    Some exports prefix every name with the model type ("bert.embeddings..."),
+    and older ones name LayerNorm's weights `gamma` and `beta`.
+    """
+    if tensors and all(name.startswith("bert.") or name.startswith("cls.") for name in tensors):
+        tensors = {name.removeprefix("bert."): value for name, value in tensors.items()}
+    return {_current_name(name): value for name, value in tensors.items()}
 
 
 def _current_name(name):

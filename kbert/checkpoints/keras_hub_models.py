@@ -15,12 +15,22 @@ deserialized properly".
 
 import os
 
-from kbert.checkpoints.checkpoint_files import CheckpointError, positive_int, rate, read_json, shown_value
+from kbert.checkpoints.checkpoint_files import (
+    CheckpointError,
+    check_layer_count,
+    check_weights_against_tensors,
+    positive_int,
+    rate,
+    read_json,
+    shown_value,
+)
+from kbert.io.safe_loading import claim_keys, encoder_claim, h5_weight_count
 from kbert.models.encoder import Encoder
 from kbert.models.keras_hub_encoders import backbone_from_encoder, encoder_from_backbone
 
 BACKBONE_CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer.json"
+METADATA_FILE = "metadata.json"
 WEIGHTS_FILE = "model.weights.h5"
 SHARDED_WEIGHTS_FILE = "model.weights.json"
 # Each backbone kbert reads: its tokenizer, the config keys that are sizes,
@@ -56,6 +66,10 @@ def check_keras_hub_preset(folder):
         if key in config:
             positive_int(config, key, config_path)
     rate(config, "dropout", config_path, 0.0)
+    metadata_path = os.path.join(folder, METADATA_FILE)
+    if os.path.exists(metadata_path):
+        read_json(metadata_path)  # keras-hub parses it too: its size and nesting are checked
+    _check_weights_claimed(folder, backbone, config_path)
 
     tokenizer_path = os.path.join(folder, TOKENIZER_CONFIG_FILE)
     if not os.path.exists(tokenizer_path):
@@ -77,6 +91,55 @@ def check_keras_hub_preset(folder):
             "would make keras-hub read the tokenizer's assets from another folder.", key="config_file"
         )
     return class_name
+
+
+def _check_weights_claimed(folder, backbone, config_path):
+    """The backbone's sizes against the weights file's, before keras-hub builds a backbone of those sizes.
+
+    The weights are counted from the shapes the HDF5 file declares (no data
+    is read), which must fit in the file: a config of 20,000,000 tokens or
+    100,000 layers beside a small weights file is refused.
+    """
+    claim = encoder_claim(backbone)
+    if claim is None:
+        return
+    sizes, count = claim
+    check_layer_count(config_path, "num_layers", sizes["num_layers"], sizes["num_inner_repetitions"])
+    files = preset_weight_files(folder)
+    held = 0
+    for path in files:
+        with open(path, "rb") as file:
+            held += h5_weight_count(file, os.path.getsize(path),
+                                    lambda problem, path=path: CheckpointError(path, problem))
+    weights = files[0] if len(files) == 1 else os.path.join(folder, SHARDED_WEIGHTS_FILE)
+    check_weights_against_tensors(config_path, weights, count, sizes, held=held, keys=claim_keys(sizes))
+
+
+def preset_weight_files(folder):
+    """The HDF5 files of a preset's weights: `model.weights.h5`, or the shards `model.weights.json` names.
+
+    A shard must be a file of the preset's folder: a name with a path in it
+    is refused, as it would make Keras read a file elsewhere.
+    """
+    single = os.path.join(folder, WEIGHTS_FILE)
+    if os.path.exists(single):
+        return [single]
+    sharded = os.path.join(folder, SHARDED_WEIGHTS_FILE)
+    if not os.path.exists(sharded):
+        raise FileNotFoundError(f"{folder} has no {WEIGHTS_FILE} (the keras-hub preset's weights).")
+    weight_map = read_json(sharded).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(sharded, f"weight_map must be a JSON object, found {shown_value(weight_map)}.",
+                              key="weight_map")
+    names = set()
+    for value in weight_map.values():
+        for name in value if isinstance(value, list) else [value]:
+            if (not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", "..")
+                    or not os.path.isfile(os.path.join(folder, name))):
+                raise CheckpointError(sharded, f"weight_map names {shown_value(name)}, which is no file of the "
+                                      "preset's folder.", key="weight_map")
+            names.add(name)
+    return [os.path.join(folder, name) for name in sorted(names)]
 
 
 def _class_name(serialized, path, expected):

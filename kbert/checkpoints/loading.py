@@ -214,11 +214,11 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attenti
         arguments, tensors, vocabulary, lowercase = huggingface.read_huggingface_folder(folder)
         weights = os.path.join(folder, huggingface.WEIGHTS_FILE)
     else:
+        # Read once the config is checked against the tensors' shapes (see there).
         config, tensors = google.read_google_checkpoint(folder)
         config_path = os.path.join(folder, google.CONFIG_FILE)
         arguments = google.encoder_arguments(config, config_path)
         weights = google.checkpoint_prefix(folder)
-        huggingface.check_config_against_tensors(arguments, tensors, config_path, weights)
         vocabulary = os.path.join(folder, google.VOCABULARY_FILE)
         if not os.path.exists(vocabulary):
             raise FileNotFoundError(f"{folder} has no {google.VOCABULARY_FILE}.")

@@ -8,7 +8,7 @@ import numpy as np
 
 from kbert.compression.keep_sparsity import KeepSparsity, KernelMasks
 from kbert.compression.sparsity import sparsity as sparsity_report
-from kbert.io.safe_loading import check_keras_file
+from kbert.io.safe_loading import check_keras_file, keras_loading_refusal
 
 SCOPES = ("layer", "global")
 
@@ -242,8 +242,14 @@ class MagnitudePruning(KeepSparsity):
 def _saved_weights(model, path):
     """The model weights saved in a `.keras` file, or in a `.weights.h5` file of a model like `model`."""
     if path.endswith(".keras"):
-        check_keras_file(path)  # its members' sizes, before Keras reads them
-        return keras.saving.load_model(path, compile=False).get_weights()
+        readable = check_keras_file(path)  # its sizes, before Keras reads them
+        try:
+            return keras.saving.load_model(readable, compile=False).get_weights()
+        except TypeError as error:
+            refusal = keras_loading_refusal(path, error)
+            if refusal is None:
+                raise
+            raise refusal from None
     # Read into a copy, so that the model's own optimizer state stays as it is.
     copy = type(model).from_config(model.get_config())
     copy.load_weights(path)

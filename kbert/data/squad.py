@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kbert.data.paths import DataFormatError, DataSource, find_data_file
 from kbert.data.tfds_source import check_source, describe, tfds_examples
+from kbert.io.text_files import MAX_JSON_DEPTH, json_too_deep
 
 SQUAD_DEV_FILE = "squad/dev-v1.1.json"
 SQUAD_DEV_SOURCE = DataSource(url="https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v1.1.json")
@@ -103,6 +104,9 @@ def load_squad(path=None, articles=None, strict=True, source="local", split=None
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise DataFormatError(path, line, f"invalid UTF-8 at byte {error.start} ({error.reason})") from None
+    line = json_too_deep(raw)
+    if line is not None:
+        raise DataFormatError(path, line, f"JSON nested deeper than {MAX_JSON_DEPTH} levels; refused before parsing it")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:

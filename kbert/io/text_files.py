@@ -12,6 +12,11 @@ agree on what a line is and on what is refused:
 - the file is streamed: memory is bounded by `max_line_bytes`, whatever the
   file's size and however long its lines.
 
+`json_too_deep` finds JSON nested deeper than `MAX_JSON_DEPTH`, before
+`json.loads` (and the code that walks what it returns) recurses that deep:
+every JSON file kbert parses (configs, `.keras` members, SQuAD files) is
+checked with it.
+
 This module imports nothing of kbert's, so that `kbert.preprocessing` and
 `kbert.data` can both use it.
 """
@@ -26,6 +31,14 @@ _READ_BYTES = 1 << 20
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 _LONG_LINES = ("refuse", "split")
+# The deepest nesting of JSON arrays and objects kbert parses. A kbert model's
+# config.json nests about 10 deep, a distiller's about 20; Python's recursion
+# limit (1,000) is near enough that a file nested a few hundred deep makes
+# `json.loads`, or the code walking its result, fail with a RecursionError.
+MAX_JSON_DEPTH = 100
+# A JSON string, its escapes included: its brackets are no nesting.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_JSON_CHUNK = 1 << 20
 
 
 class DataFormatError(ValueError):
@@ -93,7 +106,7 @@ def read_text_lines(path, long_lines="refuse", allow_empty=False, max_line_bytes
 
 def _open_binary(path):
     path = os.fspath(path)
-    if "://" in path:  # a remote file system: TensorFlow's, loaded only here
+    if "://" in path and not os.path.exists(path):  # a remote file system: TensorFlow's, loaded only here
         import tensorflow as tf
 
         return tf.io.gfile.GFile(path, "rb")
@@ -166,3 +179,40 @@ def _decode(path, line_number, offset, raw):
 def _shorten(line, limit=80):
     shown = repr(line[:limit])
     return shown + "..." if len(line) > limit else shown
+
+
+def json_too_deep(data, limit=MAX_JSON_DEPTH):
+    """The 1-based line at which JSON text nests deeper than `limit` arrays and objects, or None.
+
+    Strings are skipped (their brackets are text); nothing is parsed, so the
+    check costs one pass over the text whatever its nesting, and `json.loads`
+    runs only on text it cannot recurse too deep into.
+
+    Args:
+        data: the JSON text, `bytes` or `str`.
+        limit: the deepest nesting allowed.
+
+    Example:
+    >>> json_too_deep('{"a": [[1], "[[[[["]}', limit=3) is None
+    True
+    >>> json_too_deep('{"a":\\n [[[1]]]}', limit=3)
+    2
+    """
+    import numpy as np
+
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return None  # the common case: too few brackets to nest that deep
+    stripped = _JSON_STRING.sub(b"", data)
+    depth = 0
+    for start in range(0, len(stripped), _JSON_CHUNK):
+        codes = np.frombuffer(stripped, np.uint8, count=min(_JSON_CHUNK, len(stripped) - start), offset=start)
+        steps = (np.isin(codes, (ord("["), ord("{"))).astype(np.int32)
+                 - np.isin(codes, (ord("]"), ord("}"))).astype(np.int32))
+        depths = depth + np.cumsum(steps, dtype=np.int64)
+        deeper = np.flatnonzero(depths > limit)
+        if deeper.size:
+            return stripped[: start + int(deeper[0])].count(b"\n") + 1
+        depth = int(depths[-1]) if depths.size else depth
+    return None

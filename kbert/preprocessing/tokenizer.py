@@ -14,6 +14,8 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 # A vocabulary with at least this share of capitalised word tokens is cased.
 _CASED_SHARE = 0.9
+# The most tokens TF-Text's FastWordpieceTokenizer holds (a RuntimeError beyond).
+MAX_VOCABULARY_SIZE = 1 << 22
 
 # The character classes of BERT's basic tokenizer, as RE2 patterns.
 _WHITESPACE = r"[\t\n\r\p{Z}]"
@@ -43,19 +45,33 @@ def read_vocabulary(vocabulary, lowercase=None):
         ValueError: the file is not UTF-8 or holds a NUL byte (a
             `DataFormatError` naming file and line); a token is empty, has
             surrounding whitespace, repeats or holds a NUL or a line break; a special token
-            is missing; the casing does not fit `lowercase`.
+            is missing; the casing does not fit `lowercase`; there are more
+            than `MAX_VOCABULARY_SIZE` tokens (4,194,304, the most TF-Text's
+            WordPiece tokenizer holds; a file is read no further).
     """
     if isinstance(vocabulary, (str, os.PathLike)):
         path = os.fspath(vocabulary)
-        if not tf.io.gfile.exists(path):
+        local = os.path.exists(path)  # a local file, even with "://" in its name
+        if not local and not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"Vocabulary file not found: {path}")
-        if tf.io.gfile.isdir(path):
+        if os.path.isdir(path) if local else tf.io.gfile.isdir(path):
             raise IsADirectoryError(f"{path} is a folder, not a vocabulary file.")
-        tokens = [line for _, line in read_text_lines(path)]
+        tokens = []
+        for number, line in read_text_lines(path):
+            if number > MAX_VOCABULARY_SIZE:
+                raise ValueError(f"{path}, line {number}: more than {MAX_VOCABULARY_SIZE:,} tokens, the most "
+                                 "TF-Text's WordPiece tokenizer holds; refused before reading further.")
+            tokens.append(line)
         source = path
     else:
+        if hasattr(vocabulary, "__len__") and len(vocabulary) > MAX_VOCABULARY_SIZE:
+            raise ValueError(f"The vocabulary list has {len(vocabulary):,} tokens, more than the "
+                             f"{MAX_VOCABULARY_SIZE:,} TF-Text's WordPiece tokenizer holds.")
         tokens = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in vocabulary]
         source = "the vocabulary list"
+        if len(tokens) > MAX_VOCABULARY_SIZE:
+            raise ValueError(f"The vocabulary list has {len(tokens):,} tokens, more than the "
+                             f"{MAX_VOCABULARY_SIZE:,} TF-Text's WordPiece tokenizer holds.")
     seen = {}
     for line, token in enumerate(tokens, start=1):
         if token == "" or token != token.strip():
@@ -174,6 +190,9 @@ class Tokenizer(BaseTokenizer):
         self.strip_accents = self.lowercase if strip_accents is None else bool(strip_accents)
         self.special_tokens_in_strings = bool(special_tokens_in_strings)
         self.max_chars_per_word = int(max_chars_per_word)
+        # A token is at most a word and the separator after it (`cut_texts`).
+        self.chars_per_token = self.max_chars_per_word + 1
+        self.separator_runs = _WHITESPACE + "+"
 
         self._set_vocabulary(self.vocabulary, PAD, UNK, CLS, SEP, MASK)
 

@@ -10,7 +10,7 @@ from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_li
 
 from kbert.io.progress_bar import progress_bar
 from kbert.io.text_files import read_text_lines
-from kbert.preprocessing.tokenizer import SPECIAL_TOKENS, Tokenizer
+from kbert.preprocessing.tokenizer import MAX_VOCABULARY_SIZE, SPECIAL_TOKENS, Tokenizer
 
 # The text tokenized at a time while counting words.
 _BATCH_BYTES = 1 << 20
@@ -128,6 +128,9 @@ def learn_vocabulary(
         raise ValueError("Give the text to learn from: `data` (texts or files) or `files`.")
     if int(vocabulary_size) <= len(SPECIAL_TOKENS):
         raise ValueError(f"`vocabulary_size` must exceed {len(SPECIAL_TOKENS)}, got {vocabulary_size}.")
+    if int(vocabulary_size) > MAX_VOCABULARY_SIZE:
+        raise ValueError(f"`vocabulary_size` must be at most {MAX_VOCABULARY_SIZE:,}, the most TF-Text's WordPiece "
+                         f"tokenizer holds, got {vocabulary_size}.")
     if files is None and isinstance(data, (list, tuple)) and data and all(
         isinstance(d, str) and "\n" not in d for d in data
     ):

@@ -316,7 +316,8 @@ def test_keras_hub_preset_weights_that_are_truncated_or_nan_are_named(preset_fol
         data = f.read()
     with open(weights, "wb") as f:
         f.write(data[: len(data) // 2])
-    assert str(load_error(preset_folder)).startswith(f"{weights}: keras-hub could not load the preset: ")
+    # Refused by kbert's count of the weights, before keras-hub builds the backbone.
+    assert str(load_error(preset_folder)).startswith(f"{weights}: not a readable HDF5 file (truncated or damaged?): ")
 
     backbone = keras_hub.models.BertBackbone.from_preset(preset_folder, load_weights=False)
     backbone.get_layer("token_embedding").embeddings.assign(np.full((27, 16), np.nan, "float32"))

@@ -138,6 +138,7 @@ def test_lenient_mode_skips_and_reports(tmp_path):
     "content, message",
     [
         ("{not json", "not valid JSON"),
+        ('{"data":\n' + "[" * 100_000 + "]" * 100_000 + "}", "line 2: JSON nested deeper than 100 levels"),
         ('{"version": "1.1"}', 'a "data" list of articles'),
         ('{"data": [{"title": "T"}]}', "article 0 \\('T'\\): expected 'paragraphs' of type list"),
         ('{"data": [{"title": "T", "paragraphs": [{"qas": []}]}]}', "paragraph 0: expected 'context' of type str"),

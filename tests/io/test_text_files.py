@@ -54,3 +54,21 @@ def test_long_lines_are_refused_or_cut_at_spaces_within_the_limit(tmp_path, monk
     # Without a space, a piece ends between two characters.
     assert lines_of(tmp_path, "ééééé".encode(), long_lines="split", max_line_bytes=5) == [
         (1, "éé"), (1, "éé"), (1, "é")]
+
+
+def test_json_nested_too_deep_is_found_before_parsing():
+    from kbert.io.text_files import MAX_JSON_DEPTH, json_too_deep
+
+    assert json_too_deep(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) is None
+    assert json_too_deep("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)) == 1
+    # Brackets in strings (escaped quotes included) are text, not nesting.
+    text = '{"a": "' + "[" * 500 + '\\" [[[", "b":\n\n' + "{" * 150 + "}" * 150 + "}"
+    assert json_too_deep(text) == 3
+    assert json_too_deep('{"a": "' + "[" * 500 + '\\" [[["}') is None
+    # Tens of MB are scanned in a second, whatever their nesting.
+    import time
+
+    start = time.monotonic()
+    assert json_too_deep(b"[" * 20_000_000) == 1
+    assert json_too_deep(b'{"v": [' + b'"tok", ' * 3_000_000 + b'"end"]}') is None
+    assert time.monotonic() - start < 5

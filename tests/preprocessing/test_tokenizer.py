@@ -209,6 +209,40 @@ def test_vocabulary_from_list_and_from_file_are_equal(tmp_path):
     assert from_file(texts).to_list() == from_list(texts).to_list()
 
 
+def test_a_vocabulary_bigger_than_tf_text_holds_is_refused_while_reading(tmp_path, monkeypatch):
+    from kbert.preprocessing.tokenizer import MAX_VOCABULARY_SIZE
+
+    assert MAX_VOCABULARY_SIZE == 4_194_304  # FastWordpieceTokenizer's RuntimeError is beyond
+    # A list is refused by its length, before a token is looked at.
+    with pytest.raises(ValueError, match="^The vocabulary list has 4,194,305 tokens, more than the 4,194,304 "):
+        read_vocabulary(["x"] * (MAX_VOCABULARY_SIZE + 1))
+    # A file is read no further than the limit (made small here: the real one is 4 M lines).
+    monkeypatch.setattr(tokenizer_module, "MAX_VOCABULARY_SIZE", 30)
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(TINY_VOCABULARY + [f"t{i}" for i in range(100)]) + "\n", encoding="utf-8")
+    lines = []
+    original = tokenizer_module.read_text_lines
+
+    def counted(*args, **kwargs):
+        for item in original(*args, **kwargs):
+            lines.append(item[0])
+            yield item
+
+    monkeypatch.setattr(tokenizer_module, "read_text_lines", counted)
+    with pytest.raises(ValueError) as error:
+        read_vocabulary(str(path))
+    assert str(error.value) == (f"{path}, line 31: more than 30 tokens, the most TF-Text's WordPiece tokenizer "
+                                "holds; refused before reading further.")
+    assert max(lines) == 31
+
+
+def test_a_local_vocabulary_with_a_scheme_in_its_name_is_read_locally(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a:" / "b").mkdir(parents=True)
+    (tmp_path / "a:" / "b" / "vocab.txt").write_text("\n".join(TINY_VOCABULARY) + "\n", encoding="utf-8")
+    assert read_vocabulary("a://b/vocab.txt") == TINY_VOCABULARY
+
+
 def test_vocabulary_accessors(tokenizer):
     assert tokenizer.vocabulary_size() == len(TINY_VOCABULARY)
     vocabulary = tokenizer.get_vocabulary()
