@@ -26,7 +26,7 @@ The decisions around the backend have a module each here too:
 |---|---|
 | `selection` | which backend Keras runs on, TensorFlow's log level and oneDNN switch (before Keras loads), and TensorFlow kept off the GPUs on another backend |
 | `onednn` | whether TensorFlow runs on oneDNN's kernels, and the warning where it does not |
-| `tensorflow_support` | whether TensorFlow is installed, the message where it is missing, and its load-time log lines kept out of the CLI |
+| `tensorflow_support` | whether TensorFlow is installed, the message where it is missing, and its load-time log lines: kept out of the CLI, and shown once each, as `TF_CPP_MIN_LOG_LEVEL` says, by `import kbert` |
 | `tensorflow_bridge` | a JAX or PyTorch model called from TF-Text preprocessing (`tf.py_function`) |
 | `tensorflow_process` | a function run in a TensorFlow process that dies with its caller (export from JAX or PyTorch) |
 | `model_inputs` | what Keras takes as data beside raw text (token ids, `PyDataset`, a PyTorch `DataLoader`) and how many batches it makes |

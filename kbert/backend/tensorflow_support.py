@@ -32,7 +32,9 @@ def missing_message(feature):
 
 @functools.cache
 def tensorflow_installed():
-    """Whether TensorFlow imports here (it is imported to find out)."""
+    """Whether TensorFlow imports here (it is imported to find out, its load lines as `TF_CPP_MIN_LOG_LEVEL` says)."""
+    if "tensorflow" not in sys.modules:
+        _import_tensorflow_filtering(_as_log_level_says)
     try:
         import tensorflow  # noqa: F401
     except ImportError:
@@ -57,6 +59,14 @@ def is_load_noise(line):
     return _LOAD_NOISE.match(line.rstrip("\n")) is not None
 
 
+# A line of TensorFlow's C++ log: its severity (Info, Warning, Error, Fatal),
+# then date, time and thread, then where it was written and what it says.
+_LOG_LINE = re.compile(r"(?P<severity>[IWEF])\d{4} [\d:.]+ +\d+ (?P<where>[\w.]+:\d+)\] (?P<message>.*)")
+_ABSL_BANNER = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+# The severities TF_CPP_MIN_LOG_LEVEL counts: 1 hides info lines, 2 warnings too, 3 errors too.
+_SEVERITY_LEVELS = {"I": 0, "W": 1, "E": 2, "F": 3}
+
+
 def import_tensorflow_quietly():
     """Imports TensorFlow (where installed) without the info lines its C++ side prints while loading.
 
@@ -64,12 +74,70 @@ def import_tensorflow_quietly():
     on. For the `kbert` command: a healthy run prints nothing that reads
     like an alarm. Does nothing where TensorFlow is loaded already.
     """
+    _import_tensorflow_filtering(lambda lines: [line for line in lines if not is_load_noise(line)])
+
+
+def _as_log_level_says(lines):
+    """TensorFlow's load lines as its log level would have them, had it applied yet: each once, none below `TF_CPP_MIN_LOG_LEVEL`.
+
+    TensorFlow's two libraries each print the same lines while they load
+    (so `import tensorflow` shows each twice), before its log level applies.
+    Here a line that the level hides is left out (a fatal one never is), a
+    repeated line too, and absl's banner goes with the first line shown.
+    Lines that are not TensorFlow's log (Python's warnings) pass as they are.
+    """
+    try:
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        level = 0
+    # `banner`: absl's banner came and waits for a line to show; `shown`: the line before was kept.
+    kept, seen, banner, banner_shown, shown = [], set(), False, False, True
+    for line in lines:
+        text = line.rstrip("\n")
+        if text == _ABSL_BANNER:
+            banner = not banner_shown
+            continue
+        match = _LOG_LINE.match(text)
+        if match is None:
+            if is_load_noise(line):  # the second line of an info line ("To enable the following instructions")
+                if shown:
+                    kept.append(line)
+            else:
+                kept.append(line)
+            continue
+        severity = match["severity"]
+        key = (severity, match["where"], match["message"])
+        shown = (severity == "F" or _SEVERITY_LEVELS[severity] >= level) and key not in seen
+        seen.add(key)
+        if shown:
+            if banner:
+                kept.append(_ABSL_BANNER + "\n")
+                banner, banner_shown = False, True
+            kept.append(line)
+    return kept
+
+
+def _import_tensorflow_filtering(keep):
+    """Imports TensorFlow with its stderr captured (its C++ side writes to the descriptor), then writes the lines `keep(lines)` returns.
+
+    Does nothing where TensorFlow is loaded already; an ImportError (no
+    TensorFlow here) is left for the caller to find.
+    """
     if "tensorflow" in sys.modules:
         return
     sys.stderr.flush()
-    saved_stderr = os.dup(2)
+    try:
+        saved_stderr = os.dup(2)
+    except OSError:  # no standard error to capture
+        saved_stderr = None
+    if saved_stderr is None:
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            pass
+        return
     with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)  # C++ writes to the descriptor, not to sys.stderr
+        os.dup2(captured.fileno(), 2)
         try:
             import tensorflow  # noqa: F401
         except ImportError:
@@ -78,9 +146,8 @@ def import_tensorflow_quietly():
             os.dup2(saved_stderr, 2)
             os.close(saved_stderr)
             captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not is_load_noise(line):
-                    sys.stderr.write(line)
+            for line in keep(captured.read().decode("utf-8", "replace").splitlines(keepends=True)):
+                sys.stderr.write(line)
             sys.stderr.flush()
 
 

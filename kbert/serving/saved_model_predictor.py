@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from kbert.serving.exporter import latest_version
 from kbert.serving.op_safety import check_safe_to_load
+from kbert.serving.saved_model_variables import check_variables, variables_error
 from kbert.serving.serving_module import SERVING_DEFAULT
 
 # The order texts are given in, for signatures with several inputs.
@@ -24,7 +25,9 @@ class SavedModelPredictor:
     the user's rights. Before loading, its ops are checked
     (`kbert.serving.check_safe_to_load`): a model whose graph can read or
     write files, reach the network, run Python or end the process is
-    refused, unless `trust=True`.
+    refused, unless `trust=True`. Either way, variables that are truncated,
+    corrupt or not the graph's own (another model's) are refused in one
+    line naming the file (`kbert.serving.saved_model_variables`).
 
     Args:
         path: a model folder of numbered versions (`saved_models/spam`)
@@ -51,7 +54,14 @@ class SavedModelPredictor:
             self.path = latest_version(path)
             if not trust:
                 check_safe_to_load(self.path)
-            self._loaded = tf.saved_model.load(self.path)
+            check_variables(self.path)  # truncated, or another model's: one line naming the file
+            try:
+                self._loaded = tf.saved_model.load(self.path)
+            except Exception as error:
+                refusal = variables_error(self.path, error)
+                if refusal is None:
+                    raise
+                raise refusal from None
             if SERVING_DEFAULT not in self._loaded.signatures:
                 raise ValueError(f"{self.path} has no '{SERVING_DEFAULT}' signature.")
             _signature = self._loaded.signatures[SERVING_DEFAULT]
