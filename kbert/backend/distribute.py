@@ -230,6 +230,27 @@ def worker_role(strategy=None):
     return task_type, task_index, chief
 
 
+def chief_by_tf_config(name=None):
+    """Whether this process will be the chief under `make_strategy(name)`, told from `TF_CONFIG` alone.
+
+    For a command that must know before TensorFlow connects the workers
+    (the chief alone holds the run folder's lock). Only a multi-worker
+    strategy has other workers; a `TF_CONFIG` that `read_tf_config`
+    refuses counts as the chief's (`make_strategy` then reports it).
+    """
+    if name is None:
+        name = "multi-worker" if os.environ.get("TF_CONFIG") else "default"
+    if name != "multi-worker":
+        return True
+    try:
+        cluster, task_type, task_index = read_tf_config()
+    except ValueError:
+        return True
+    if cluster.get("chief"):
+        return task_type == "chief"
+    return task_type == "worker" and task_index == 0
+
+
 def is_chief(strategy=None):
     """Whether this process writes the run's files: always, unless it is a worker besides the chief."""
     return worker_role(strategy)[2]

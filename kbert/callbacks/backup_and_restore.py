@@ -8,7 +8,7 @@ import keras
 
 from kbert.backend import random_state, restore_random_state
 from kbert.backend.distribute import all_workers, is_chief, model_strategy, remove_worker_directory, worker_directory
-from kbert.io.atomic_files import remove_temporary_files, write_atomically
+from kbert.io.atomic_files import remove_temporary_files, write_atomically, write_weights_file
 from kbert.models.optimization import batches_trained
 
 # `backup-step<optimizer step>-epoch<epoch>-batch<batches done>.weights.h5`: the
@@ -119,11 +119,18 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             weights' file name in `backup_dir`) and `seed_generators` (the
             state of each of the model's seed generators).
         """
+        path = self._training_metadata_path
         try:
-            with open(self._training_metadata_path) as file:
-                return json.load(file)
+            with open(path, encoding="utf-8") as file:
+                position = json.load(file)
         except FileNotFoundError:
             return None
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not the JSON of a backup ({error}); it was cut short or edited, so the run "
+                             f"cannot resume from it. Remove {self.backup_dir} to start the run again from its "
+                             "first step.") from None
+        _check_position(position, path, self.backup_dir)
+        return position
 
     def set_batches_skipped(self, batches):
         """Says that the next `fit` skips the first `batches` batches of its first epoch.
@@ -164,7 +171,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         if optimizer is not None and not optimizer.built:
             # The optimizer's variables must exist for `load_weights` to fill them.
             optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(weights)
+        self._load_weights(weights)
         restored_seeds = self._restore_seed_generators(position.get("seed_generators"))
         # At the first batch: starting an epoch's data may draw from the
         # backend's generator (a PyTorch DataLoader does), as it did before
@@ -177,6 +184,23 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                   + ("" if restored_seeds else "; its random state (dropout) was not saved, so "
                      "the rest of the run draws other dropout masks than an uninterrupted one")
                   + ".", flush=True)
+
+    def _load_weights(self, path):
+        """Loads the backup's weights; a backup of another model is refused in one line, its warnings held back."""
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                self.model.load_weights(path)
+            except (ValueError, KeyError) as error:
+                lines = str(error).strip().splitlines() or [type(error).__name__]
+                first = lines[0].split(". ")[0].rstrip(".:")  # Keras' first sentence; the rest is per weight
+                raise ValueError(f"The backup {path} does not fit this model ({first}): another model made it (another "
+                                 f"encoder size, objective or optimizer). Remove {self.backup_dir} to start the run "
+                                 "again from its first step, or resume it with the model that made it.") from None
+        for warning in caught:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
     def _check_weights_file(self, name):
         """Refuses a `weights_file` that is not a bare backup file name: it must not reach outside `backup_dir`."""
@@ -252,7 +276,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         return True
 
     def _write_weights(self, path):
-        write_atomically(path, lambda temporary: self.model.save_weights(temporary, overwrite=True))
+        # Built in memory, then written: a full disk is an OSError that leaves the last backup, not an HDF5 crash.
+        write_atomically(path, lambda temporary: write_weights_file(self.model, temporary))
 
     def _write_metadata(self, position):
         def write(temporary):
@@ -266,6 +291,19 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         for name in os.listdir(self._write_dir):
             if name != keep and _WEIGHTS_NAME.fullmatch(name):
                 os.remove(os.path.join(self._write_dir, name))
+
+
+def _check_position(position, path, backup_dir):
+    """Refuses, naming the key, a backup metadata file that lacks a position `fit` needs."""
+    if not isinstance(position, dict):
+        raise ValueError(f"{path}: not the record of a backup (a JSON object); it was edited, so the run cannot "
+                         f"resume from it. Remove {backup_dir} to start the run again from its first step.")
+    for key in ("epoch", "batches_done", "step", "first_step"):
+        value = position.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            said = "is missing" if key not in position else f"is {value!r}, not a count"
+            raise ValueError(f"{path}: the key {key!r} {said}; it was edited, so the run cannot resume from it. "
+                             f"Remove {backup_dir} to start the run again from its first step.")
 
 
 def _seed_generator_states(model):

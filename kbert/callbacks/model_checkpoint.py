@@ -7,7 +7,7 @@ import string
 import keras
 
 from kbert.backend.distribute import is_chief, model_strategy, write_on_chief
-from kbert.io.atomic_files import TEMPORARY_PREFIX, remove_temporary_files
+from kbert.io.atomic_files import TEMPORARY_PREFIX, remove_temporary_files, write_weights_file
 
 
 class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -61,7 +61,8 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
             return
         strategy = model_strategy(self.model)
         if self.save_weights_only:
-            write_on_chief(filepath, lambda path: self.model.save_weights(path, overwrite=True), strategy)
+            # Built in memory, then written: a full disk is an OSError, not an HDF5 crash.
+            write_on_chief(filepath, lambda path: write_weights_file(self.model, path), strategy)
         else:
             write_on_chief(filepath, lambda path: self.model.save(path, overwrite=True), strategy)
         if is_chief(strategy):

@@ -31,7 +31,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def add_command(commands, name, description, run, check=None, output_folders=None, interrupted=".",
-                backend=None):
+                backend=None, lock=None):
     """Adds a command to `commands` (argparse's subparsers); returns its parser, for its arguments.
 
     Args:
@@ -44,12 +44,26 @@ def add_command(commands, name, description, run, check=None, output_folders=Non
         interrupted: what Ctrl-C prints after "interrupted" (how to go on).
         backend: the Keras backend it always runs on, whatever `--backend`
             or the environment names.
+        lock: `lock(args)`, the output it is the one writer of while it
+            runs (`kbert.io.writer_lock`): `(path, beside)`, or None for
+            none; `run_folder_lock` for a run folder, `replaced_output_lock` for an
+            output replaced as a whole (the lock file lies beside it).
     """
     sub = commands.add_parser(name, help=description, description=description[0].upper() + description[1:] + ".",
                               formatter_class=HelpFormatter)
     sub.set_defaults(run=run, check=check, output_folders=output_folders, interrupted=interrupted,
-                     forced_backend=backend)
+                     forced_backend=backend, lock=lock)
     return sub
+
+
+def run_folder_lock(args):
+    """The lock of a command's run folder `--out`, inside it (`kbert.io.writer_lock`)."""
+    return args.out, False
+
+
+def replaced_output_lock(args):
+    """The lock of an `--out` replaced as a whole (a file, or a folder renamed into place), beside it; none without `--out`."""
+    return (args.out, True) if args.out else None
 
 
 def add_backend_argument(command):

@@ -13,6 +13,7 @@ from kbert.cli.arguments import (
     open_fraction,
     positive_float,
     positive_int,
+    run_folder_lock,
     verbosity,
 )
 from kbert.cli.tasks import (
@@ -30,7 +31,7 @@ def add_commands(commands):
 
     classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
     distill = add_command(commands, "distill", "distil a fine-tuned classifier into a smaller student, evaluate, "
-                                               "save", _distill, check=_check_distill)
+                                               "save", _distill, check=_check_distill, lock=run_folder_lock)
     distill.add_argument("task", nargs="?", choices=classification,
                          help="the named data set the teacher was trained on; or your files with --train")
     add_data_file_arguments(distill, {
@@ -70,7 +71,8 @@ def add_commands(commands):
     add_backend_argument(distill)
 
     prune = add_command(commands, "prune", "prune a fine-tuned model (weights, attention heads) while it "
-                                           "trains further, evaluate, save", _prune, check=_check_prune)
+                                           "trains further, evaluate, save", _prune, check=_check_prune,
+                        lock=run_folder_lock)
     prune.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
     prune.add_argument("--task", choices=sorted(RECIPES),
                        help="the named data set the model was trained on; or your files with --train")
@@ -101,7 +103,9 @@ def add_commands(commands):
 
 
 def _check_distill(args):
-    from kbert.runs.outputs import check_input_file
+    from kbert.runs.outputs import RUN_FILES, check_input_file, check_own_files
+
+    check_own_files(args.out, RUN_FILES, "--out")
 
     check_task_or_files(args, "kbert distill sst2")
     check_input_file(args.teacher, "--teacher")
@@ -112,7 +116,9 @@ def _check_distill(args):
 
 
 def _check_prune(args):
-    from kbert.runs.outputs import check_input_file
+    from kbert.runs.outputs import RUN_FILES, check_input_file, check_own_files
+
+    check_own_files(args.out, RUN_FILES, "--out")
 
     check_task_or_files(args, "--task sst2")
     check_input_file(args.model, "MODEL")

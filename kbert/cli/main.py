@@ -7,6 +7,7 @@ with its arguments, checks, output folders and run (`arguments.add_command`).
 
 import argparse
 import os
+import re
 import sys
 
 from kbert.cli import compression, getting_started, pretraining, serving, tasks
@@ -34,6 +35,7 @@ def main(argv=None):
     from kbert.runs.outputs import remove_empty_folders
 
     args = build_parser().parse_args(argv)
+    args.command_line = "kbert " + _joined(sys.argv[1:] if argv is None else argv)
     new_folders = [_first_missing(path) for path in _output_folders(args) if not os.path.exists(path)]
     status = 1
     try:
@@ -49,14 +51,17 @@ def _run(args):
     """Runs the parsed command: 0 when done; a user's error or Ctrl-C ends in one line on stderr."""
     try:
         _check_arguments(args)
-        _use_backend(args)
-        _show_kbert_warnings_in_one_line(args.command)
-        if args.command != "presets":
-            from kbert.backend.tensorflow_support import import_tensorflow_quietly
+        with _output_lock(args) as locked:
+            if locked:  # again: a writer that held the output until now may have changed it
+                _check_arguments(args)
+            _use_backend(args)
+            _show_kbert_warnings_in_one_line(args.command)
+            if args.command != "presets":
+                from kbert.backend.tensorflow_support import import_tensorflow_quietly
 
-            import_tensorflow_quietly()
-        with _strategy_scope(args):
-            args.run(args)
+                import_tensorflow_quietly()
+            with _strategy_scope(args):
+                args.run(args)
         return 0
     except KeyboardInterrupt:
         print(f"kbert {args.command}: interrupted{args.interrupted}", file=sys.stderr)
@@ -77,6 +82,40 @@ def _check_arguments(args):
         check_input_file(vocabulary, "--vocabulary")
     if args.check is not None:
         args.check(args)
+
+
+def _output_lock(args):
+    """The lock of the output the command writes, held while it runs: the one writer there (`kbert.io.writer_lock`).
+
+    A second command on a locked output is refused, before it cleans or
+    reads anything. Under several workers (`--strategy multi-worker`) the
+    chief alone holds it: the other workers write nothing there.
+    """
+    import contextlib
+
+    lock = args.lock(args) if args.lock is not None else None
+    if lock is None:
+        return contextlib.nullcontext(False)
+    from kbert.backend.distribute import chief_by_tf_config
+
+    if getattr(args, "strategy", "absent") != "absent" and not chief_by_tf_config(args.strategy):
+        return contextlib.nullcontext(False)
+    from kbert.io.writer_lock import hold_lock
+
+    output, beside = lock
+
+    @contextlib.contextmanager
+    def held():
+        with hold_lock(output, beside=beside, command=args.command_line):
+            yield True
+
+    return held()
+
+
+def _joined(arguments):
+    import shlex
+
+    return shlex.join(str(argument) for argument in arguments)
 
 
 def _use_backend(args):
@@ -128,12 +167,22 @@ def _is_user_error(error):
     return errors is not None and isinstance(error, errors.OpError)
 
 
+# The most characters of an error's one line.
+MAX_LINE = 1000
+
+
 def one_line(error):
     """An error (or warning) as the one line a command prints: an OS error as `file: reason`."""
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     if isinstance(error, OSError) and error.filename and error.strerror:
         message = f"{error.filename}: {error.strerror}"
-    return " ".join(line.strip() for line in str(message).strip().splitlines()[:1])
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(message).splitlines()]
+    lines = [line for line in lines if line]
+    if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
+        lines = lines[1:]  # Keras' wrapping of a layer's error: the error is the next line
+    line = lines[0] if lines else type(error).__name__
+    # A message that quotes a whole config or input is cut: the line names the problem first.
+    return line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + "..."
 
 
 def _first_missing(path):

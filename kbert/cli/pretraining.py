@@ -14,6 +14,8 @@ from kbert.cli.arguments import (
     open_fraction,
     positive_float,
     positive_int,
+    replaced_output_lock,
+    run_folder_lock,
     verbosity,
 )
 
@@ -37,7 +39,7 @@ def add_commands(commands):
     vocabulary.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
     pretrain = add_command(commands, "pretrain", "pretrain BERT or ALBERT (masked LM + NSP or SOP) on raw text "
-                                                 "files", _pretrain, check=_check_pretrain,
+                                                 "files", _pretrain, check=_check_pretrain, lock=run_folder_lock,
                            interrupted="; run the same command again to resume from the last backup.")
     pretrain.add_argument("--corpus", action="append", required=True,
                           help="text files, folders or glob patterns (repeatable), or one folder "
@@ -92,7 +94,7 @@ def add_commands(commands):
     add_backend_argument(pretrain)
 
     prepare = add_command(commands, "prepare-pretraining", "write a corpus' segment pairs to sharded TFRecords",
-                          _prepare_pretraining, check=_check_prepare_pretraining)
+                          _prepare_pretraining, check=_check_prepare_pretraining, lock=replaced_output_lock)
     prepare.add_argument("--corpus", action="append", required=True,
                          help="text files, folders or glob patterns (repeatable)")
     prepare.add_argument("--vocabulary", required=True, help="the vocab.txt to tokenize with")
@@ -137,9 +139,11 @@ def _check_vocabulary(args):
 
 
 def _check_pretrain(args):
-    from kbert.runs.outputs import check_output_folder
+    from kbert.runs.outputs import check_output_folder, check_own_files
 
     check_output_folder(args.out, "--out")
+    # A resumed run reads its vocab.txt and settings.json.
+    check_own_files(args.out, ("vocab.txt", "settings.json", "pretrainer.keras"), "--out")
 
 
 def _check_prepare_pretraining(args):
@@ -198,19 +202,27 @@ def _pretrain(args):
     from kbert.backend.distribute import is_chief, write_on_chief
     from kbert.data.pretraining import prepared_folder, read_metadata
     from kbert.io.atomic_files import remove_temporary_files
+    from kbert.runs.pretraining_run import SETTINGS_FILE, check_same_run, corpus_identity, read_record, record_run
 
     out_dir = Path(args.out)
     # Segment pairs written by `kbert prepare-pretraining`, or text files.
     prepared = prepared_folder(args.corpus)
-    lowercase = read_metadata(prepared)["lowercase"] if prepared else not args.cased
+    metadata = read_metadata(prepared) if prepared else None
+    lowercase = metadata["lowercase"] if prepared else not args.cased
     out_dir.mkdir(parents=True, exist_ok=True)
     # The chief's alone: another worker may be writing its vocab.txt beside it.
-    for path in remove_temporary_files(out_dir, ("pretrainer.keras",)) if is_chief() else ():
+    own_files = ("pretrainer.keras", "vocab.txt", SETTINGS_FILE)
+    for path in remove_temporary_files(out_dir, own_files) if is_chief() else ():
         print(f"{out_dir}: removed {path}, a partial file of an earlier run that was interrupted.",
               file=sys.stderr)
+    # A resume (or a run again) is the same run: checked before anything is read or learned.
+    settings = _run_settings(args, metadata, lowercase)
+    recorded = read_record(str(out_dir)) is not None
+    note = check_same_run(str(out_dir), settings, lambda: corpus_identity(args.corpus, prepared), args.vocabulary)
+    if note:
+        print(f"kbert pretrain: note: {note}", file=sys.stderr, flush=True)
+    kbert.callbacks.BackupAndRestore(str(out_dir / "backup")).peek()  # a broken backup record, refused at once
     vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared, lowercase)
-    if not (out_dir / "vocab.txt").exists():
-        _write_lines_atomically(out_dir / "vocab.txt", vocabulary)
     sequence_length = args.sequence_length
     if sequence_length is None and prepared is None:
         sequence_length = 128
@@ -235,16 +247,94 @@ def _pretrain(args):
     # No `.repeat()` for --steps-per-epoch: `Pretrainer.fit` streams the passes
     # itself, which is what lets a resumed run continue at the exact batch.
     callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
+    if not recorded and is_chief():
+        # First, so that its first batch's backup follows the record.
+        callbacks.insert(0, _run_files_writer(out_dir, vocabulary, lambda: record_run(
+            str(out_dir), settings, corpus_identity(args.corpus, prepared))))
     callbacks.append(kbert.callbacks.FillMaskLogger(
         str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=lowercase,
         every=100,
     ))
-    pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
-                   verbose=verbosity(args))
+    try:
+        pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
+                       verbose=verbosity(args))
+    except Exception as error:
+        _name_an_unreadable_shard(error, prepared)
+        raise
     model_path = out_dir / "pretrainer.keras"
     write_on_chief(str(model_path), pretrainer.save)  # the other workers' copies are removed
     print(f"Saved {model_path} (encoder and heads) and {out_dir / 'vocab.txt'}.\n"
           f"Try: kbert fill-mask {out_dir} \"the king [MASK] the crown.\"")
+
+
+def _run_files_writer(out_dir, vocabulary, record):
+    """A callback that writes the run folder's vocab.txt (where missing) and its record once the first batch is trained.
+
+    Not before: a command that fails first (a corpus it cannot read, a
+    backup of an earlier kbert that does not fit this model) leaves the
+    folder as it found it, free for the run it was meant for.
+    """
+    import keras
+
+    written = []
+
+    def write(batch, logs=None):
+        if written:
+            return
+        written.append(True)
+        if not (out_dir / "vocab.txt").exists():
+            _write_lines_atomically(out_dir / "vocab.txt", vocabulary)
+        record()
+
+    return keras.callbacks.LambdaCallback(on_train_batch_end=write)
+
+
+def _name_an_unreadable_shard(error, prepared):
+    """Raises the one line naming the prepared corpus' shard that `error`, a failed read, met (TensorFlow's names none)."""
+    import tensorflow as tf
+
+    if prepared is None or not isinstance(error, tf.errors.OpError):
+        return
+    from kbert.data.prepared_pairs import unreadable_shard
+
+    line = unreadable_shard(prepared)
+    if line is not None:
+        raise ValueError(line) from error
+
+
+def _run_settings(args, metadata, lowercase):
+    """The settings that define this run (`kbert.runs.pretraining_run.DEFINING`), defaults resolved as the run does."""
+    from kbert.data.prepared_pairs import prepared_objective
+    from kbert.data.pretraining_settings import DEFAULT_SEQUENCE_LENGTH
+    from kbert.models.presets import preset_config
+    from kbert.models.pretrainer import default_pretraining_learning_rate
+
+    encoder = preset_config(args.preset)
+    encoder.update({name: getattr(args, name) for name in ("embedding_size", "num_groups", "attention_dropout")
+                    if getattr(args, name) is not None})
+    prepared = metadata is not None
+    return {
+        "preset": args.preset,
+        "embedding_size": encoder.get("embedding_size"),
+        "num_groups": encoder.get("num_groups"),
+        "attention_dropout": encoder.get("attention_dropout"),
+        "objective": args.objective or (prepared_objective(metadata) if prepared else "nsp"),
+        "sequence_length": args.sequence_length or (metadata["sequence_length"] if prepared
+                                                    else DEFAULT_SEQUENCE_LENGTH),
+        "lowercase": bool(lowercase),
+        # Where the run learned its vocabulary; a prepared corpus' is its own.
+        "vocabulary_size": None if prepared or args.vocabulary else args.vocabulary_size,
+        "batch_size": args.batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "epochs": args.epochs,
+        "steps_per_epoch": args.steps_per_epoch,
+        "learning_rate": args.learning_rate or default_pretraining_learning_rate(encoder["hidden_dim"]),
+        "mask_rate": args.mask_rate,
+        "whole_word_masking": bool(args.whole_word_masking),
+        "max_ngram": args.max_ngram,
+        "document_boundary": None if prepared else args.document_boundary,  # a prepared corpus' is its own
+        "seed": args.seed,
+    }
 
 
 def _say_how_often_examples_repeat(examples, steps_per_epoch, batch_size):
@@ -258,9 +348,12 @@ def _say_how_often_examples_repeat(examples, steps_per_epoch, batch_size):
 
 
 def _prepare_pretraining(args):
+    from kbert.data.prepared_pairs import remove_interrupted_preparations
     from kbert.data.pretraining import prepare_pretraining_data
     from kbert.preprocessing.tokenizer import read_vocabulary
 
+    for line in remove_interrupted_preparations(args.out):  # under --out's lock: every one left is a dead writer's
+        print(line, file=sys.stderr, flush=True)
     # Checked here, before the corpus is read, and in the command's words
     # (the library's message names its `overwrite=True`).
     if os.path.exists(args.out) and not args.overwrite:

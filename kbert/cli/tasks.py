@@ -17,6 +17,8 @@ from kbert.cli.arguments import (
     open_fraction,
     positive_float,
     positive_int,
+    replaced_output_lock,
+    run_folder_lock,
     verbosity,
 )
 
@@ -38,7 +40,7 @@ def add_commands(commands):
     from kbert.runs.own_data import TASK_TYPES
 
     train = add_command(commands, "train", "fine-tune on your files or a named data set, evaluate, save", _train,
-                        check=_check_train,
+                        check=_check_train, lock=run_folder_lock,
                         interrupted="; run it again to start over (the logs so far are moved aside), or pass "
                                     "another --out.")
     train.add_argument("task", nargs="?", choices=sorted(RECIPES),
@@ -90,7 +92,7 @@ def add_commands(commands):
     add_backend_argument(train)
 
     evaluate = add_command(commands, "evaluate", "a trained task model's metrics on a split", _evaluate,
-                           check=_check_evaluate, output_folders=folder_of_the_out_file)
+                           check=_check_evaluate, output_folders=folder_of_the_out_file, lock=replaced_output_lock)
     evaluate.add_argument("model", help="the model.keras of `kbert train`")
     evaluate.add_argument("--task", choices=sorted(RECIPES),
                           help="the named data set the model was trained on")
@@ -134,7 +136,9 @@ def check_task_or_files(args, example):
 
 
 def _check_train(args):
-    from kbert.runs.outputs import check_input_file
+    from kbert.runs.outputs import RUN_FILES, check_input_file, check_own_files
+
+    check_own_files(args.out, RUN_FILES, "--out")
 
     if (args.task is None) == (args.train is None):
         raise ValueError("Give a named data set (kbert train sst2) or your own file (kbert train --train "
@@ -196,9 +200,12 @@ def print_saved(out):
 
 def _evaluate(args):
     import kbert
-    from kbert.io.atomic_files import json_text, write_atomically, write_text
+    from kbert.io.atomic_files import json_text, remove_temporary_files, write_atomically, write_text
     from kbert.runs.fine_tuning import evaluate_task
 
+    if args.out:  # under --out's lock: what a killed evaluate left beside it
+        directory, name = os.path.split(os.path.abspath(args.out))
+        remove_temporary_files(directory, [name])
     model = kbert.load_model(args.model)
     task = args.task
     if args.data is not None:
@@ -223,7 +230,7 @@ def _check_trained_on(model_path, task):
     try:
         with open(metrics, encoding="utf-8") as file:
             data = json.load(file).get("data")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return  # no run folder beside the model: nothing says what it was trained on
     if isinstance(data, dict):
         train = data.get("files", {}).get("train", {}).get("path", "files")

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import tensorflow as tf
@@ -19,8 +18,9 @@ from kbert.data.corpus_progress import Progress, end_pass, reading_line
 from kbert.data.documents import corpus_files
 from kbert.data.pretraining_settings import PretrainingSettings
 from kbert.data.text_pairs import TextPairs
-from kbert.io.atomic_files import contains_path, make_folder_beside
+from kbert.io.atomic_files import contains_path, left_temporaries, make_folder_beside
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
+from kbert.runs.outputs import special_file_kind
 
 METADATA_FILE = "metadata.json"
 VOCABULARY_FILE = "vocab.txt"
@@ -45,7 +45,11 @@ def prepared_objective(metadata):
 def read_metadata(folder):
     """The `metadata.json` of a prepared folder, checked to be kbert's."""
     path = Path(folder) / METADATA_FILE
-    metadata = json.loads(path.read_text())
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not the JSON that kbert prepare-pretraining writes ({error}); it was cut short "
+                         "or edited: prepare the corpus again.") from None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         found = metadata.get("format") if isinstance(metadata, dict) else None
         raise ValueError(f"{path} is not kbert pretraining data (format {found!r}).")
@@ -54,7 +58,92 @@ def read_metadata(folder):
     if bad:
         raise ValueError(f"{path}: the shard {bad[0]!r} is not a shard file name of the folder "
                          "(pairs-NNNNN.tfrecord).")
+    _check_keys(metadata, path)
     return metadata
+
+
+def _check_keys(metadata, path):
+    """Refuses, naming the key, a `metadata.json` that lacks what a reader needs or whose shard lists do not agree."""
+    def refuse(key, what):
+        raise ValueError(f"{path}: the key {key!r} {what}; the file was edited or is not whole: prepare the "
+                         "corpus again.")
+
+    for key, kinds in (("shards", list), ("num_examples", int), ("sequence_length", int), ("lowercase", bool)):
+        if key not in metadata:
+            refuse(key, "is missing")
+        if not isinstance(metadata[key], kinds) or (kinds is int and isinstance(metadata[key], bool)):
+            refuse(key, f"is {metadata[key]!r}, not a {kinds.__name__}")
+    if "objective" not in metadata and "next_sentence" not in metadata:
+        refuse("objective", "is missing")
+    for key in ("shard_sizes", "shard_bytes"):
+        if key not in metadata:
+            continue  # folders of earlier kbert versions
+        values = metadata[key]
+        if (not isinstance(values, list) or len(values) != len(metadata["shards"])
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)):
+            refuse(key, f"is not a count for each of the {len(metadata['shards'])} shard(s)")
+    if "shard_sizes" in metadata and sum(metadata["shard_sizes"]) != metadata["num_examples"]:
+        refuse("num_examples", f"is {metadata['num_examples']:,}, and the shards hold {sum(metadata['shard_sizes']):,}")
+
+
+def check_shards(folder, metadata=None):
+    """Refuses, in one line naming the shard file, a shard of a prepared folder that is missing or not its recorded size.
+
+    The sizes in bytes that `metadata.json` records (`shard_bytes`) are
+    compared with the files before anything is read, so a shard cut short,
+    even at the end of a record, or grown, is found at once. Folders written
+    by kbert versions before those sizes were recorded are checked for
+    missing shards only (a warning says so): prepare them again to have
+    every shard checked.
+    """
+    folder = Path(folder)
+    metadata = read_metadata(folder) if metadata is None else metadata
+    path = folder / METADATA_FILE
+    sizes = metadata.get("shard_bytes")
+    for number, name in enumerate(metadata["shards"]):
+        shard = folder / name
+        if not shard.is_file():
+            raise ValueError(f"{shard} is missing: {path} lists it as shard {number + 1} of "
+                             f"{len(metadata['shards'])}; the folder is not whole: prepare the corpus again.")
+        size = shard.stat().st_size
+        if sizes is not None and size != sizes[number]:
+            change = "cut short" if size < sizes[number] else "changed"
+            raise ValueError(f"{shard} is {size:,} bytes, and {path} records {sizes[number]:,}: the shard was "
+                             f"{change}, and would give other pairs than the folder's; prepare the corpus again.")
+    if sizes is None:
+        import warnings
+
+        warnings.warn(f"{path} records no shard sizes in bytes (a folder of an earlier kbert version): a shard cut "
+                      "short is found only when it is read, or not at all where it ends at a record's end; prepare "
+                      "the corpus again to have its shards checked before pretraining.", stacklevel=3)
+
+
+def unreadable_shard(folder):
+    """The one line naming the first shard of a prepared folder that cannot be read whole, or None where all can.
+
+    For the error of a pretraining run whose reading failed (TensorFlow's
+    own message names no file): each shard is read to its end and parsed,
+    and its records counted against `metadata.json`'s `shard_sizes`.
+    """
+    folder = Path(folder)
+    metadata = read_metadata(folder)
+    counts = metadata.get("shard_sizes")
+    for number, name in enumerate(metadata["shards"]):
+        shard = folder / name
+        records = 0
+        try:
+            for _ in tf.data.TFRecordDataset(str(shard)).map(_parse_pair):
+                records += 1
+        except (tf.errors.OpError, OSError) as error:
+            reason = getattr(error, "message", None) or str(error)
+            # TensorFlow's words without its op and function names: "corrupted record at 242".
+            reason = re.sub(r"\{\{[^}]*\}\}|\[Op:[^]]*\].*", "", " ".join(reason.split())).strip() or reason
+            return (f"{shard}: record {records + 1} cannot be read ({reason}): the shard is corrupt; prepare the "
+                    "corpus again.")
+        if counts is not None and records != counts[number]:
+            return (f"{shard} holds {records:,} records, and {folder / METADATA_FILE} records {counts[number]:,}; "
+                    "prepare the corpus again.")
+    return None
 
 
 def shard_sizes(folder):
@@ -98,6 +187,7 @@ class PreparedPairs:
                                             objective=objective, next_sentence=None)
         self.tokenizer = Tokenizer(prepared_vocabulary, lowercase=metadata["lowercase"],
                                    special_tokens_in_strings=False)
+        check_shards(folder, metadata)
         self.shards = [str(Path(folder) / name) for name in metadata["shards"]]
         self.num_examples = metadata["num_examples"]
 
@@ -180,6 +270,7 @@ def prepare_pretraining_data(
         The metadata dict.
     """
     output_dir = Path(output_dir)
+    remove_interrupted_preparations(output_dir)
     if output_dir.exists():
         _check_replaceable(output_dir, corpus, vocabulary, overwrite)
     if int(examples_per_shard) < 1:
@@ -218,6 +309,8 @@ def prepare_pretraining_data(
             "shards": shards,
             "shard_sizes": [min(int(examples_per_shard), count - i * int(examples_per_shard))
                             for i in range(len(shards))],
+            # Checked by every reader before it reads: a shard cut short, even at a record's end, is refused.
+            "shard_bytes": [os.path.getsize(staging / name) for name in shards],
             "sequence_length": int(sequence_length),
             "objective": objective,
             "next_sentence": objective == "nsp",
@@ -233,31 +326,90 @@ def prepare_pretraining_data(
         (staging / VOCABULARY_FILE).write_text("\n".join(tokenizer.get_vocabulary()) + "\n")
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
         # The old folder goes aside first and only then is deleted: a crash
-        # between the renames leaves it whole.
+        # between the renames leaves it whole, and the next preparation of
+        # `output_dir` puts it back (`remove_interrupted_preparations`).
         earlier = None
         if output_dir.exists():
-            earlier = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            earlier = Path(make_folder_beside(output_dir))
             os.replace(output_dir, earlier / output_dir.name)
         os.replace(staging, output_dir)
         if earlier is not None:
-            shutil.rmtree(earlier)
+            _discard_replaced(earlier, output_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
     return metadata
 
 
+def remove_interrupted_preparations(output_dir):
+    """Cleans what killed preparations of `output_dir` left beside it; says what, one line each.
+
+    A preparation writes its shards into a hidden folder beside
+    `output_dir` (`.tmp-<8 hex>-<pid>@<host>-<name>`), renamed into place
+    when complete; replacing a folder, it first moves the old one into such
+    a folder. Of a preparation that no longer runs (its process has ended,
+    or this process holds the lock of `output_dir`:
+    `kbert.io.atomic_files.left_by_dead_writer`), the partial shards are
+    removed, and an old folder moved aside is put back where `output_dir`
+    is missing (the new one never arrived), else removed. A running
+    preparation's folders are left alone.
+
+    Returns:
+        The lines, for the command to show.
+    """
+    output_dir = Path(output_dir)
+    lines = []
+    for path, _ in left_temporaries(str(output_dir.parent), [output_dir.name]):
+        path = Path(path)
+        if not path.is_dir() or path.is_symlink():
+            continue
+        kept = path / output_dir.name
+        if kept.is_dir() and not os.path.lexists(output_dir):
+            os.replace(kept, output_dir)
+            lines.append(f"{output_dir}: a preparation that was replacing it was interrupted; the folder it "
+                         "replaced is back in place.")
+        elif kept.is_dir():
+            # The folder a preparation replaced: its own files go, anything else in it stays (`_discard_replaced`).
+            others = [name for name in os.listdir(kept) if not _own_file(kept / name)]
+            if others:
+                lines.append(f"{output_dir}: {kept} holds files that prepare-pretraining did not write "
+                             f"({', '.join(sorted(others)[:3])}{', ...' if len(others) > 3 else ''}); it is left "
+                             "for you to move or remove.")
+                continue
+            lines.append(f"{output_dir}: removed {path}, the folder that an interrupted preparation replaced.")
+        else:
+            lines.append(f"{output_dir}: removed {path}, the partial shards of an interrupted preparation.")
+        shutil.rmtree(path, ignore_errors=True)
+    return lines
+
+
+def _own_file(path):
+    """Whether `path` is a file of the kind prepare-pretraining writes into its folder."""
+    name = path.name
+    return (name in (METADATA_FILE, VOCABULARY_FILE) or _SHARD_NAME.fullmatch(name)) and path.is_file() \
+        and not path.is_symlink()
+
+
 def _check_replaceable(output_dir, corpus, vocabulary, overwrite):
-    """Raises unless `overwrite` may replace `output_dir`: a prepared folder that holds none of the inputs."""
+    """Raises unless `overwrite` may replace `output_dir`: a prepared folder of its own regular files alone, none an input."""
     if not overwrite:
         raise FileExistsError(f"{output_dir} exists; pass overwrite=True to replace it.")
     if not output_dir.is_dir():
         raise NotADirectoryError(f"{output_dir} is a file, not a folder of prepared pretraining data.")
+    metadata_file = output_dir / METADATA_FILE
     try:
-        read_metadata(output_dir)
+        if special_file_kind(metadata_file) is not None:  # reading a named pipe would wait for a writer
+            raise ValueError(f"{metadata_file} is {special_file_kind(metadata_file)}")
+        metadata = read_metadata(output_dir)
     except (OSError, ValueError):
         raise ValueError(f"{output_dir} is not a folder of kbert pretraining data (no metadata.json of "
                          "kbert's), so it is not replaced; choose another output folder.") from None
+    own = {METADATA_FILE, VOCABULARY_FILE, *metadata.get("shards", ())}
+    for name in sorted(own):
+        kind = special_file_kind(output_dir / name)
+        if kind is not None:
+            raise ValueError(f"{output_dir / name} is {kind}, not a file that prepare-pretraining wrote, so "
+                             f"{output_dir} is not replaced; choose another output folder.")
     patterns = [os.fspath(p) for p in ([corpus] if isinstance(corpus, (str, os.PathLike)) else corpus)]
     inputs = patterns + corpus_files(patterns)
     if isinstance(vocabulary, (str, os.PathLike)):
@@ -266,3 +418,35 @@ def _check_replaceable(output_dir, corpus, vocabulary, overwrite):
         if contains_path(output_dir, path) or contains_path(path, output_dir):
             raise ValueError(f"{output_dir} overlaps {path}, an input of this preparation (one is, or holds, "
                              "the other); choose another output folder.")
+    foreign = sorted(name + ("/" if (output_dir / name).is_dir() else "")
+                     for name in os.listdir(output_dir) if name not in own)
+    if foreign:
+        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+        raise ValueError(f"{output_dir} holds what prepare-pretraining did not write ({shown}), and overwriting "
+                         "replaces only its own folder; move them out of it, or choose another output folder.")
+
+
+def _discard_replaced(earlier, output_dir):
+    """Deletes the replaced folder, moved aside into `earlier`: its own files, and nothing of anyone else's.
+
+    `_check_replaceable` refused a folder holding anything else before the
+    preparation began; what appeared in it while it ran is moved into the
+    new folder (where its name is free), or left in `earlier`, with a warning.
+    """
+    old = earlier / output_dir.name
+    left = []
+    for name in sorted(os.listdir(old)):
+        path = old / name
+        if (name in (METADATA_FILE, VOCABULARY_FILE) or _SHARD_NAME.fullmatch(name)) and not path.is_dir():
+            os.remove(path)
+        elif not os.path.lexists(output_dir / name):
+            os.rename(path, output_dir / name)
+        else:
+            left.append(name)
+    if left:
+        import warnings
+
+        warnings.warn(f"{output_dir}: {', '.join(left)} appeared in the folder it replaced while it ran, and "
+                      f"the new folder has files by those names; they are in {old}.", stacklevel=3)
+        return
+    shutil.rmtree(earlier)

@@ -5,16 +5,29 @@ import math
 import os
 import re
 import shutil
+import socket
+import sys
+import time
 import uuid
+
+from kbert.io.writer_lock import holds_lock
 
 # Temporary files start with this, so they are hidden from a plain `ls`, never
 # match a checkpoint or backup name, and can be found and removed after a kill.
 TEMPORARY_PREFIX = ".tmp-"
-# The whole temporary name kbert makes: the prefix, 8 hex digits, a dash, then
-# the final name. Cleaning after a kill removes only these, never a user's
-# file that merely starts with ".tmp-".
-_TEMPORARY_NAME = re.compile(re.escape(TEMPORARY_PREFIX) + r"[0-9a-f]{8}-(?P<name>.+)")
-# The staging folder of `write_together` is `.tmp-<8 hex>-together`; this file
+# The whole temporary name kbert makes: the prefix, 8 hex digits, a dash, the
+# writer's process id and host (`<pid>@<host>-`; older kbert versions wrote
+# none), then the final name. Cleaning after a kill removes only these,
+# never a user's file that merely starts with ".tmp-", and never one whose
+# writer still runs.
+_TEMPORARY_NAME = re.compile(re.escape(TEMPORARY_PREFIX)
+                             + r"[0-9a-f]{8}-(?:(?P<pid>[0-9]+)@(?P<host>[A-Za-z0-9._]+)-)?(?P<name>.+)")
+# The most characters of the host name a temporary name carries.
+_HOST_CHARS = 32
+# A temporary of a writer on another host (a file system shared by machines)
+# is taken for a dead writer's after this long without a change.
+STALE_AFTER_S = 24 * 3600
+# The staging folder of `write_together` is `.tmp-<8 hex>-<writer>-together`; this file
 # in it, written once every file of the group is complete, commits the group.
 _TOGETHER = "together"
 _COMMITTED = "committed.json"
@@ -28,7 +41,8 @@ def write_atomically(path, write):
     `.keras` and `.weights.h5`). It is flushed to disk before the rename, and
     the rename is flushed after, so a crash or power loss at any moment leaves
     either the previous `path` or the complete new one. If `write` fails, the
-    temporary file is removed and the error raised again.
+    temporary file is removed (an HDF5 file it left open is closed first)
+    and the error raised again; an `OSError` that names no file names `path`.
 
     `write` may also create a directory at the path it is given (an export
     folder, say): its files are flushed too, and it is renamed as a whole.
@@ -56,13 +70,39 @@ def write_atomically(path, write):
                     _flush_to_disk(os.path.join(folder, file))
         _flush_to_disk(temporary)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
+        if isinstance(error, OSError) and error.strerror and not error.filename:
+            error.filename = path  # a full disk says where: `path: No space left on device`
+        # An HDF5 file that a failed write left open (kbert's own weights are
+        # built in memory: `write_weights_file`) would be closed at exit, and
+        # fail again there: on a full disk, h5py's tracebacks, then a crash.
+        _close_hdf5_files(temporary)
         if os.path.isdir(temporary) and not os.path.islink(temporary):
             shutil.rmtree(temporary)
         elif os.path.lexists(temporary):
             os.remove(temporary)
         raise
     _flush_to_disk(directory)
+
+
+def _close_hdf5_files(path):
+    """Closes the HDF5 files that this process still has open at `path` (or in it), errors ignored."""
+    h5py = sys.modules.get("h5py")  # only where something loaded it: then it may hold files open
+    if h5py is None:
+        return
+    try:
+        open_files = h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE)
+    except Exception:  # noqa: BLE001 - an h5py without this API: nothing to close
+        return
+    for identifier in open_files:
+        try:
+            name = identifier.name
+            name = os.fsdecode(name)
+            if not contains_path(path, name):
+                continue
+            h5py.File(identifier).close()  # its objects, then the file
+        except Exception:  # noqa: BLE001 - a full disk fails the close too; the file is closed all the same
+            pass
 
 
 class SavesAtomically:
@@ -79,15 +119,46 @@ class SavesAtomically:
         return _save_atomically(super().save, filepath, ".keras", overwrite, **kwargs)
 
     def save_weights(self, filepath, overwrite=True, **kwargs):
-        return _save_atomically(super().save_weights, filepath, ".weights.h5", overwrite, **kwargs)
+        # Built in memory, then written (`write_weights_file`): a full disk is then a plain OSError.
+        in_memory = None if kwargs else (lambda path: write_weights_file(self, path))
+        return _save_atomically(super().save_weights, filepath, ".weights.h5", overwrite, write=in_memory, **kwargs)
 
 
-def _save_atomically(save, filepath, ending, overwrite, **kwargs):
+def _save_atomically(save, filepath, ending, overwrite, write=None, **kwargs):
     path = os.fspath(filepath)
     if ("://" in path or not path.endswith(ending) or kwargs.get("zipped") is False
             or kwargs.get("max_shard_size") is not None or (not overwrite and os.path.exists(path))):
         return save(filepath, overwrite=overwrite, **kwargs)
-    return write_atomically(path, lambda temporary: save(temporary, overwrite=True, **kwargs))
+    return write_atomically(path, write or (lambda temporary: save(temporary, overwrite=True, **kwargs)))
+
+
+def write_weights_file(model, path):
+    """Writes `model.save_weights(path)`'s `.weights.h5` file, built in memory and written by Python.
+
+    HDF5 writing straight to a disk that fills up midway cannot be closed
+    cleanly: h5py prints tracebacks and the process ends in a segmentation
+    fault (h5py/h5py#914), when the file is closed or at exit. Built in
+    memory, as Keras builds the weights inside a `.keras` file, the file
+    reaches the disk through Python's `write`, so a full disk is an
+    `OSError` like any other, and HDF5 holds nothing open. The same bytes
+    as `save_weights`: `load_weights` reads them.
+    """
+    import io
+
+    from keras.src.saving import saving_lib
+
+    if not model.built:  # Keras' words
+        raise ValueError("You are saving a model that has not yet been built. Try building the model first by "
+                         "calling it on some data or by using `build()`.")
+    buffer = io.BytesIO()
+    store = saving_lib.H5IOStore(buffer, mode="w")
+    try:
+        saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
+                               visited_saveables=set())
+    finally:
+        store.close()  # in memory: it cannot fail for want of disk space
+    with open(path, "wb") as file:
+        file.write(buffer.getbuffer())
 
 
 def json_text(value):
@@ -117,20 +188,62 @@ def contains_path(folder, path):
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def left_temporaries(directory, names=None):
+    """The temporary files and folders that killed writers left in `directory`: `(path, final name)` pairs.
+
+    Only names kbert makes (`.tmp-`, 8 hex digits, a dash, the writer, the
+    final name) count, and with `names`, only those whose final name is one
+    of them; only those whose writer no longer runs (`left_by_dead_writer`).
+    """
+    found = []
+    if not os.path.isdir(directory):
+        return found
+    for name in sorted(os.listdir(directory)):
+        match = _TEMPORARY_NAME.fullmatch(name)
+        if match and (names is None or match["name"] in names) and left_by_dead_writer(directory, name):
+            found.append((os.path.join(directory, name), match["name"]))
+    return found
+
+
+def left_by_dead_writer(directory, name):
+    """Whether the temporary `name` in `directory` was left by a writer that no longer runs.
+
+    So it is when this process holds the lock of `directory`, or of the
+    output the temporary is named for (`kbert.io.writer_lock`): no other
+    writer is there. Otherwise the writer named in it is asked: a name
+    without one is an older kbert's, whose writer is long gone; a process of
+    this host, when it no longer runs or is this very process (whose own
+    writes clean up after themselves: one with its process id was left by
+    an earlier process of that id, a container's, say). A writer on another
+    host cannot be asked: its temporary is left for `STALE_AFTER_S`.
+    """
+    match = _TEMPORARY_NAME.fullmatch(name)
+    if not match:
+        return False
+    if holds_lock(directory) or holds_lock(os.path.join(directory, match["name"])):
+        return True
+    if match["pid"] is None:
+        return True
+    pid = int(match["pid"])
+    if match["host"] == _host():
+        return pid == os.getpid() or not _is_running(pid)
+    try:
+        return time.time() - os.lstat(os.path.join(directory, name)).st_mtime > STALE_AFTER_S
+    except FileNotFoundError:  # its writer has just renamed or removed it
+        return False
+
+
 def remove_temporary_files(directory, names=None):
     """Removes the temporary files that a killed `write_atomically` left in `directory`; their paths.
 
-    Only names kbert makes (`.tmp-`, 8 hex digits, a dash, the final name)
-    are removed, and with `names`, only those whose final name is one of them.
+    Only names kbert makes (`.tmp-`, 8 hex digits, a dash, the writer, the
+    final name) are removed, and with `names`, only those whose final name
+    is one of them; never a file whose writer still runs
+    (`left_by_dead_writer`).
     """
     removed = []
-    if not os.path.isdir(directory):
-        return removed
-    for name in sorted(os.listdir(directory)):
-        match = _TEMPORARY_NAME.fullmatch(name)
-        path = os.path.join(directory, name)
-        if match and (names is None or match["name"] in names) and os.path.isfile(path) \
-                and not os.path.islink(path):
+    for path, _ in left_temporaries(directory, names):
+        if os.path.isfile(path) and not os.path.islink(path):
             try:
                 os.remove(path)
             except FileNotFoundError:
@@ -198,19 +311,16 @@ def finish_interrupted_writes(directory, names=()):
     - A temporary file of a killed `write_atomically` of one of `names` is
       removed.
 
-    Only the temporary names kbert makes are touched.
+    Only the temporary names kbert makes are touched, and only those whose
+    writer no longer runs (`left_by_dead_writer`).
 
     Returns:
         `(finished, removed)`: the folders of the groups completed, and the
         paths removed.
     """
     finished, removed = [], []
-    if not os.path.isdir(directory):
-        return finished, removed
-    for name in sorted(os.listdir(directory)):
-        match = _TEMPORARY_NAME.fullmatch(name)
-        path = os.path.join(directory, name)
-        if not match or match["name"] != _TOGETHER or not os.path.isdir(path) or os.path.islink(path):
+    for path, _ in left_temporaries(directory, (_TOGETHER,)):
+        if not os.path.isdir(path) or os.path.islink(path):
             continue
         if os.path.isfile(os.path.join(path, _COMMITTED)):
             _publish(directory, path)
@@ -259,9 +369,10 @@ def ordinary_modes(path):
 
 
 def make_folder_beside(path):
-    """A new, empty folder next to `path`, named `.tmp-<8 hex>-<name>`, with the umask's modes (not 0700).
+    """A new, empty folder next to `path`, named `.tmp-<8 hex>-<pid>@<host>-<name>`, with the umask's modes (not 0700).
 
-    For a folder that is filled and then renamed to `path`.
+    For a folder that is filled and then renamed to `path`; one a killed
+    writer left is found by `left_temporaries(dirname, [name])`.
     """
     directory, name = os.path.split(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -290,7 +401,27 @@ def umask():
 
 
 def _temporary_path(directory, name):
-    return os.path.join(directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex[:8]}-{name}")
+    return os.path.join(directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex[:8]}-{os.getpid()}@{_host()}-{name}")
+
+
+def _host():
+    """This host's name as a temporary name carries it: letters, digits and dots, at most `_HOST_CHARS`."""
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:_HOST_CHARS] or "host"
+
+
+def _is_running(pid):
+    """Whether process `pid` of this host runs (on Windows, where it cannot be asked harmlessly: yes)."""
+    if os.name == "nt":  # there os.kill ends the process
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's process
+        return True
+    except OverflowError:
+        return False
+    return True
 
 
 def _flush_to_disk(path):

@@ -18,6 +18,7 @@ The rules the commands follow (docs/cli.rst, "What a command may replace"):
 """
 
 import os
+import stat
 import sys
 import time
 
@@ -41,13 +42,54 @@ def check_input_file(path, flag):
 
 
 def check_output_file(path, flag, overwrite, inputs=()):
-    """Raises unless the file `path` (the value of `flag`) can be written: not a folder, not an input, new or `overwrite`."""
+    """Raises unless the file `path` (the value of `flag`) can be written: not a folder, not an input, new or `overwrite`.
+
+    A named pipe, a device or a socket (or a link to one) is refused, with
+    or without `overwrite`: kbert writes regular files, and would replace
+    it with one (`--out /dev/null`, run as root, would replace the
+    system's).
+    """
     if os.path.isdir(path):
         raise IsADirectoryError(f"{flag} {path} is a folder; give the file to write.")
+    check_regular_file(path, flag)
     _check_not_an_input(path, flag, inputs)
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"{flag} {path} exists; pass --overwrite to replace it.")
     check_writable(path, flag)
+
+
+def special_file_kind(path):
+    """What `path` is when it exists and is neither a regular file nor a folder ("a named pipe (FIFO)", ...), links followed; else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing, or a link to nothing: nothing there to replace
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def check_regular_file(path, flag):
+    """Raises, naming `flag`, when `path` is a named pipe, a device or a socket (or a link to one): kbert never replaces one."""
+    _refuse_special_file(path, f"{flag} {path}", flag)
+
+
+def check_own_files(folder, names, flag):
+    """Raises, naming `flag`, when a file of `names` in `folder` (what the command writes there) is a named pipe, a device or a socket."""
+    for name in names:
+        _refuse_special_file(os.path.join(folder, name), f"{flag} {folder}: its {name}", flag)
+
+
+def _refuse_special_file(path, said, flag):
+    kind = special_file_kind(path)
+    if kind is not None:
+        link = " (through a link)" if os.path.islink(path) else ""
+        raise ValueError(f"{said} is {kind}{link}, not a regular file; kbert writes only regular files and does "
+                         f"not replace it, with or without --overwrite: choose another {flag}.")
 
 
 def check_output_folder(path, flag, inputs=()):
@@ -117,7 +159,11 @@ def clean_run_folder(out, report=None):
     from kbert versions before this one, temporary `.tmp-*-model.keras`
     files): they are removed, and the folder holds the run before it, if any.
     A run killed while its complete files were being renamed into place is
-    completed. Nothing that kbert did not name is touched.
+    completed. Nothing that kbert did not name is touched, nor what a
+    writer that still runs is writing: the `kbert` commands clean under
+    the folder's lock (`kbert.io.writer_lock`), which tells that no other
+    writer is there; without it, the process ids in the names are asked
+    (`kbert.io.atomic_files.left_by_dead_writer`).
 
     Args:
         report: called with the line; default: print it on stderr.

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from kbert.backend.tensorflow_process import call_in_tensorflow, caller_has_ended
 from kbert.io.atomic_files import ordinary_modes
+from kbert.runs.outputs import special_file_kind
 from kbert.serving import op_allowlist
 from kbert.serving.serving_module import ServingModule
 
@@ -25,6 +26,10 @@ _VERSION = re.compile(r"^[0-9]+$")
 # version an overwrite replaces. The writer's host and process id say
 # whether a folder left behind is still in use.
 _WORK_FOLDER = re.compile(r"^\.(?P<version>[0-9]+)\.(?P<kind>partial|old)-(?:(?P<host>.+)-(?P<pid>[0-9]+)-)?[^-]*$")
+# What `tf.saved_model.save` writes into a version folder: what an overwrite
+# replaces. Anything else there (TF Serving's `assets.extra/`) is the user's.
+SAVED_MODEL_FILES = frozenset({"saved_model.pb", "saved_model.pbtxt", "saved_model.cpb", "fingerprint.pb",
+                               "variables", "assets"})
 # A work folder whose writer cannot be asked (another machine, or an older
 # name without one) is stale after this long: no export takes a day.
 STALE_AFTER_S = 24 * 3600
@@ -92,7 +97,10 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
             version in `directory` (1 for the first), or the next free one
             if other exports take it meanwhile.
         overwrite: replace an existing version (it is moved aside first,
-            then deleted once the new one is in place).
+            then deleted once the new one is in place). Only its
+            SavedModel is replaced: what else the version folder holds
+            (`assets.extra/` with TF Serving's warm-up requests, notes) is
+            copied into the new version before it goes live.
         text_pairs: for a classifier or embedder, whether it takes text
             pairs; default: what the model was trained or used on.
 
@@ -132,6 +140,8 @@ def export(model, directory, version=None, overwrite=False, text_pairs=None):
     if os.path.lexists(target) and not os.path.isfile(os.path.join(target, "saved_model.pb")):
         raise ValueError(f"{target} is not an exported model (no saved_model.pb), so overwrite=True does not "
                          "replace it; export to another version.")
+    if os.path.lexists(target):
+        _check_replaceable(target)
     staging = tempfile.mkdtemp(prefix=_work_prefix(version, "partial"), dir=directory)
     try:
         tf.saved_model.save(module, staging, signatures=module.signatures())
@@ -232,6 +242,7 @@ def _move_into_place(staging, target, overwrite, chosen):
         target = os.path.join(directory, version)
         old = None
         if overwrite and os.path.lexists(target):
+            _carry_over(target, staging)
             old = tempfile.mkdtemp(prefix=_work_prefix(version, "old"), dir=directory)
             os.rename(target, os.path.join(old, "saved_model"))
         try:
@@ -259,6 +270,50 @@ def _move_into_place(staging, target, overwrite, chosen):
         f"Did not export to {directory}: other exports took the version first, {VERSION_TRIES} times in a row; "
         "export again."
     )
+
+
+def _check_replaceable(version_folder):
+    """Before any work: refuses a version whose own files are not regular, or whose other files cannot be copied.
+
+    A named pipe, device or socket is never replaced (`kbert.runs.outputs`),
+    nor can one be copied into the new version (`_carry_over`).
+    """
+    for name in sorted(os.listdir(version_folder)):
+        path = os.path.join(version_folder, name)
+        inside = [path]
+        if name not in SAVED_MODEL_FILES and os.path.isdir(path) and not os.path.islink(path):
+            inside = [os.path.join(folder, entry) for folder, folders, files in os.walk(path)
+                      for entry in folders + files]
+        for found in inside:
+            kind = special_file_kind(found)
+            if kind is not None:
+                raise ValueError(f"{found} is {kind}, which an export neither writes nor copies into a new "
+                                 f"version, so overwrite=True does not replace {version_folder}; export to another "
+                                 "version.")
+
+
+def _carry_over(version_folder, staging):
+    """Copies into `staging` what is in `version_folder` that an export does not write there (`assets.extra/`, ...).
+
+    An overwrite replaces the version's SavedModel (`SAVED_MODEL_FILES`),
+    and nothing else of it: TF Serving's warm-up requests
+    (`assets.extra/tf_serving_warmup_requests`), or any other file put
+    beside them, arrive with the new version, so a model server never sees
+    it without them. They are copied, not moved: until the new version is in
+    place, the old one stands whole, and a failure leaves it so.
+    """
+    for name in sorted(os.listdir(version_folder)):
+        source, copy = os.path.join(version_folder, name), os.path.join(staging, name)
+        if name in SAVED_MODEL_FILES or os.path.lexists(copy):  # the export's own, or carried over already
+            continue
+        try:
+            if os.path.isdir(source) and not os.path.islink(source):
+                shutil.copytree(source, copy, symlinks=True)
+            else:
+                shutil.copy2(source, copy, follow_symlinks=False)
+        except (OSError, shutil.Error) as error:
+            raise OSError(f"Did not replace {version_folder}: could not copy its {name}, which the export does "
+                          f"not write, into the new version ({error}).") from None
 
 
 _AT_FDCWD, _RENAME_NOREPLACE = -100, 1

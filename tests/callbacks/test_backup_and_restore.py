@@ -1,11 +1,13 @@
+import errno
 import json
 import os
 
+import h5py
 import keras
 import pytest
 
-from kbert.callbacks import BackupAndRestore
-from tests.test_case import BACKEND
+from kbert.callbacks import BackupAndRestore, backup_and_restore
+from tests.test_case import BACKEND, file_size_limit
 from tests.callbacks.conftest import (
     BATCHES_PER_EPOCH,
     BatchRecorder,
@@ -134,12 +136,12 @@ def test_crash_while_writing_weights_leaves_no_partial_backup(tmp_path, monkeypa
         fit(model, [BackupAndRestore(backup_dir, save_freq=3), recorder, Interrupt(0, 4)])
     before = {name: (backup_dir / name).read_bytes() for name in os.listdir(backup_dir)}
 
-    def write_half_then_crash(path, **kwargs):
+    def write_half_then_crash(model, path):
         with open(path, "wb") as file:
             file.write(b"\x89HDF\r\n half of the weights")
         raise Interrupted("killed while writing the weights")
 
-    monkeypatch.setattr(model, "save_weights", write_half_then_crash)
+    monkeypatch.setattr(backup_and_restore, "write_weights_file", write_half_then_crash)
     # A restore to the backup (step 3), then three batches and the crash.
     with pytest.raises(Interrupted, match="writing"):
         fit(model, [BackupAndRestore(backup_dir, save_freq=3)])
@@ -147,6 +149,29 @@ def test_crash_while_writing_weights_leaves_no_partial_backup(tmp_path, monkeypa
     assert position(BackupAndRestore(backup_dir)) == (0, 3, 3)
 
     monkeypatch.undo()
+    restored = StateAtTrainBegin()
+    fit(tiny_model(seed=4), [BackupAndRestore(backup_dir), restored], epochs=1)
+    assert_same_state(restored.initial_state, recorder.states[0, 2])
+
+
+def test_a_full_disk_during_a_backup_is_an_error_that_leaves_the_last_backup(tmp_path):
+    # HDF5 writing straight to a full disk ends the process in a segmentation fault when the
+    # file is closed (h5py/h5py#914): the weights are built in memory, then written by Python.
+    backup_dir = tmp_path / "backup"
+    recorder = BatchRecorder()
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq=3), recorder, Interrupt(0, 4)])
+    before = {name: (backup_dir / name).read_bytes() for name in os.listdir(backup_dir)}
+    size = max(len(data) for data in before.values())
+
+    # The restore reads; the next backup, three batches on, finds the disk full.
+    with file_size_limit(size // 2), pytest.raises(OSError) as caught:
+        fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq=3)])
+    assert caught.value.errno == errno.EFBIG and caught.value.filename.startswith(str(backup_dir))
+    assert not caught.value.filename.startswith(str(backup_dir / ".tmp-"))  # the backup's own name
+    open_files = [os.fsdecode(identifier.name) for identifier in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE)]
+    assert not [name for name in open_files if name.startswith(str(backup_dir))]  # nothing for HDF5 to close at exit
+    assert {name: (backup_dir / name).read_bytes() for name in os.listdir(backup_dir)} == before
     restored = StateAtTrainBegin()
     fit(tiny_model(seed=4), [BackupAndRestore(backup_dir), restored], epochs=1)
     assert_same_state(restored.initial_state, recorder.states[0, 2])
@@ -282,3 +307,36 @@ def test_a_backup_without_random_state_says_that_dropout_will_differ(tmp_path, c
     capsys.readouterr()
     fit(dropout_model(), [BackupAndRestore(backup_dir, save_freq=3, verbose=False)])
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("record", ['{"epoch": 1, "batches_d', '{"epoch": 1}', '[1, 2]',
+                                    '{"epoch": 1, "batches_done": 3, "step": -1, "first_step": 0}'])
+def test_a_broken_backup_record_is_refused_in_one_line_naming_it(tmp_path, record):
+    backup_dir = tmp_path / "backup"
+    backup_dir.mkdir()
+    (backup_dir / "training_metadata.json").write_text(record)
+    with pytest.raises(ValueError) as error:
+        BackupAndRestore(backup_dir).peek()
+    message = str(error.value)
+    assert "\n" not in message and str(backup_dir / "training_metadata.json") in message
+    assert f"Remove {backup_dir} to start the run again" in message
+    if record.startswith('{"epoch": 1}'):
+        assert "the key 'batches_done' is missing" in message
+    if "-1" in record:
+        assert "the key 'step' is -1, not a count" in message
+
+
+def test_a_backup_of_another_model_is_refused_in_one_line(tmp_path, recwarn):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(Interrupted):
+        fit(tiny_model(), [BackupAndRestore(backup_dir, save_freq=3), Interrupt(0, 4)])
+    keras.utils.set_random_seed(0)
+    wider = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+    wider.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    recwarn.clear()
+    with pytest.raises(ValueError) as error:
+        fit(wider, [BackupAndRestore(backup_dir, save_freq=3)])
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"The backup {backup_dir / 'backup-step3-'}")
+    assert "does not fit this model" in message and f"Remove {backup_dir}" in message
+    assert not [w for w in recwarn if "Skipping" in str(w.message)]  # Keras' warnings per weight, held back

@@ -49,7 +49,7 @@ def test_pretrain_writes_a_run_folder_that_fill_mask_reads(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(pretrain_arguments(tmp_path / "corpus", out) + ["--attention-dropout", "0.05"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
-        "checkpoints", "pretrainer.keras", "tensorboard", "vocab.txt"
+        "checkpoints", "pretrainer.keras", "settings.json", "tensorboard", "vocab.txt"
     ]
     assert (out / "checkpoints" / "epoch-001.keras").exists()
     vocabulary = (out / "vocab.txt").read_text().splitlines()

@@ -262,3 +262,11 @@ def test_multiple_choice_json_lines_train_evaluate_and_predict(tmp_path, capsys)
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "choices": options[:2]}) + "\n")
     assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(bad)]) == 2
     assert "bad.jsonl, line 2: the record has 2 choices where the first has 3" in capsys.readouterr().err
+
+
+def test_pairs_that_leave_no_room_at_the_sequence_length_are_refused_in_one_line(tmp_path, capsys):
+    pairs = write_csv(tmp_path / "pairs.csv", [(HAM[i % 3], SPAM[i % 3], i % 2) for i in range(8)],
+                      header=("sentence1", "sentence2", "label"))
+    assert cli.main(["train", "--train", pairs, "--out", str(tmp_path / "run"), *SMALL, "--sequence-length", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "`sequence_length` 3 leaves no room for 2 texts" in err

@@ -358,6 +358,110 @@ def test_prepared_folder_of_another_format_is_rejected(tmp_path, corpus, vocabul
         pretraining_dataset(str(folder))
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, corpus, vocabulary):
+    """A prepared folder of several shards, to copy and damage."""
+    folder = tmp_path_factory.mktemp("prepared") / "prepared"
+    prepare(corpus, vocabulary, folder, examples_per_shard=10)
+    return folder
+
+
+def damaged_copy(prepared, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(prepared, folder)
+    return folder
+
+
+def rewrite_records(shard, keep):
+    """Writes the first `keep` records of a shard again, alone: a shard cut at the end of a record."""
+    import tensorflow as tf
+
+    records = [record.numpy() for record in tf.data.TFRecordDataset(str(shard))]
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for record in records[:keep]:
+            writer.write(record)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "cut_at_a_record", "grown", "missing"])
+def test_a_damaged_shard_is_refused_in_one_line_before_reading(tmp_path, prepared, damage, monkeypatch):
+    folder = damaged_copy(prepared, tmp_path)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert len(metadata["shards"]) >= 2 and metadata["shard_bytes"] == [
+        (folder / name).stat().st_size for name in metadata["shards"]]
+    shard = folder / metadata["shards"][1]
+    if damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[:100])
+    elif damage == "cut_at_a_record":
+        rewrite_records(shard, keep=3)
+    elif damage == "grown":
+        shard.write_bytes(shard.read_bytes() * 2)
+    else:
+        shard.unlink()
+    # Refused before any record is read.
+    monkeypatch.setattr(prepared_pairs.tf.data, "TFRecordDataset", lambda *a, **k: pytest.fail("a shard was read"))
+    with pytest.raises(ValueError) as error:
+        pretraining_dataset(str(folder), seed=SEED)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(str(shard))
+    expected = {"truncated": "was cut short", "cut_at_a_record": "was cut short", "grown": "was changed",
+                "missing": "is missing: "}[damage]
+    assert expected in message and "prepare the corpus again" in message
+
+
+def test_a_corrupt_shard_is_named_by_unreadable_shard(tmp_path, prepared):
+    folder = damaged_copy(prepared, tmp_path)
+    assert prepared_pairs.unreadable_shard(folder) is None
+    shard = folder / "pairs-00001.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # the same size: only reading finds it
+    shard.write_bytes(bytes(data))
+    prepared_pairs.check_shards(folder)
+    line = prepared_pairs.unreadable_shard(folder)
+    assert line.startswith(f"{shard}: record ") and "cannot be read (corrupted record at " in line
+    assert "\n" not in line and "{{" not in line
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no_length", "shard_bytes", "num_examples"])
+def test_a_broken_metadata_json_names_its_file_and_key(tmp_path, prepared, damage):
+    folder = damaged_copy(prepared, tmp_path)
+    path = folder / "metadata.json"
+    metadata = json.loads(path.read_text())
+    if damage == "truncated":
+        path.write_text(path.read_text()[:60])
+    elif damage == "no_length":
+        del metadata["sequence_length"]
+        path.write_text(json.dumps(metadata))
+    elif damage == "shard_bytes":
+        metadata["shard_bytes"] = metadata["shard_bytes"][:-1]
+        path.write_text(json.dumps(metadata))
+    else:
+        metadata["num_examples"] += 1
+        path.write_text(json.dumps(metadata))
+    with pytest.raises(ValueError) as error:
+        pretraining_dataset(str(folder), seed=SEED)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{path}: ")
+    expected = {"truncated": "not the JSON that kbert prepare-pretraining writes",
+                "no_length": "the key 'sequence_length' is missing", "shard_bytes": "the key 'shard_bytes' is not",
+                "num_examples": "the key 'num_examples' is "}[damage]
+    assert expected in message
+
+
+def test_a_folder_of_an_earlier_version_is_read_with_a_warning(tmp_path, prepared):
+    folder = damaged_copy(prepared, tmp_path)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    del metadata["shard_bytes"]  # as kbert wrote it before the sizes were recorded
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.warns(UserWarning, match="records no shard sizes in bytes"):
+        dataset = pretraining_dataset(str(folder), seed=SEED, batch_size=BATCH_SIZE)
+    assert dataset.num_examples == metadata["num_examples"]
+    (folder / metadata["shards"][0]).unlink()
+    with pytest.raises(ValueError, match="pairs-00000.tfrecord is missing"):
+        pretraining_dataset(str(folder), seed=SEED)
+
+
 # Bad input
 
 

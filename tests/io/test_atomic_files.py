@@ -1,15 +1,22 @@
 """Writes over a user's file leave the old file or the new one, never a broken one."""
 
+import errno
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 
+import h5py
 import keras
 import pytest
 
 import kbert
 from kbert.io.atomic_files import (TEMPORARY_PREFIX, SavesAtomically, contains_path, finish_interrupted_writes, json_text,
-                                write_together)
+                                make_folder_beside, remove_temporary_files, write_atomically, write_together,
+                                write_weights_file)
+from kbert.io.writer_lock import hold_lock
 from tests.test_case import TINY_VOCABULARY, file_size_limit, folder_state, tiny_encoder_kwargs
 
 
@@ -36,24 +43,53 @@ def test_a_save_that_fails_midway_leaves_the_saved_model_whole(tmp_path, kind):
     assert type(kbert.load_model(str(path))) is type(model)
 
 
-def test_weights_that_fail_midway_leave_the_saved_weights_whole(tmp_path, monkeypatch):
-    # (A real full disk: HDF5 crashes the process when it closes the file.)
+def test_weights_that_fail_midway_leave_the_saved_weights_whole(tmp_path):
+    # Built in memory and written by Python: HDF5 writing straight to a full disk crashes the
+    # process when it closes the file (h5py/h5py#914); here the write fails as any other.
     model = tiny_models()["classifier"]
     path = tmp_path / "model.weights.h5"
     model.save_weights(str(path))
     before = folder_state(tmp_path)
-
-    def disk_full(self, filepath, *args, **kwargs):
-        with open(filepath, "wb") as file:
-            file.write(b"half of the weights")
-        raise OSError(28, "No space left on device", filepath)
-
-    monkeypatch.setattr(keras.Model, "save_weights", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    with file_size_limit(path.stat().st_size // 2), pytest.raises(OSError) as caught:
         model.save_weights(str(path))
+    assert caught.value.errno == errno.EFBIG and caught.value.filename == str(path)
     assert folder_state(tmp_path) == before
-    monkeypatch.undo()
+    assert open_hdf5_files() == []
     model.load_weights(str(path))
+
+
+def test_weights_written_in_memory_are_the_bytes_keras_reads(tmp_path):
+    model = tiny_models()["classifier"]
+    write_weights_file(model, str(tmp_path / "kbert.weights.h5"))
+    keras.Model.save_weights(model, str(tmp_path / "keras.weights.h5"))
+    with h5py.File(tmp_path / "kbert.weights.h5") as ours, h5py.File(tmp_path / "keras.weights.h5") as theirs:
+        assert hdf5_tree(ours) == hdf5_tree(theirs)
+
+
+def hdf5_tree(group):
+    """Every dataset of an HDF5 file by path, as bytes, and every group's attributes."""
+    tree = {}
+    group.visititems(lambda name, item: tree.__setitem__(
+        name, item[()].tobytes() if isinstance(item, h5py.Dataset) else sorted(item.attrs.items())))
+    return tree
+
+
+def open_hdf5_files():
+    return [identifier.name for identifier in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE)]
+
+
+def test_a_failed_write_closes_the_hdf5_file_it_left_open(tmp_path):
+    path = tmp_path / "data.h5"
+
+    def write(temporary):
+        file = h5py.File(temporary, "w")  # never closed: the error comes first
+        file.create_dataset("half", data=[1, 2, 3])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as caught:
+        write_atomically(str(path), write)
+    assert caught.value.filename == str(path)  # the final path, not the temporary one
+    assert open_hdf5_files() == [] and os.listdir(tmp_path) == []
 
 
 def test_every_kbert_model_saves_atomically():
@@ -144,3 +180,43 @@ def test_files_written_together_stay_old_when_the_writing_is_cut_and_only_kbert_
     assert finished == [] and sorted(map(os.path.basename, removed)) == sorted(kbert_made + [".tmp-1234abcd-together"])
     assert sorted(os.listdir(tmp_path)) == sorted(["metrics.json", "model.keras"] + not_kbert)
     assert consistent(tmp_path) and (tmp_path / "model.keras").read_text() == "old"
+
+
+def test_only_temporaries_whose_writer_has_ended_are_cleaned(tmp_path):
+    from kbert.io.atomic_files import _host
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    try:
+        host = _host()
+        live = f".tmp-0badc0de-{running.pid}@{host}-model.keras"  # another command writing this folder now
+        remote = f".tmp-0badc0de-{running.pid}@another.host-model.keras"  # a writer this host cannot ask
+        dead = [f".tmp-0badc0de-{ended.pid}@{host}-model.keras",
+                f".tmp-0badc0de-{os.getpid()}@{host}-metrics.json",  # an earlier process of this id (a container's)
+                ".tmp-0badc0de-model.keras"]  # an older kbert's, which named no writer
+        for name in [live, remote] + dead:
+            (tmp_path / name).write_text("half")
+        staging = tmp_path / f".tmp-1234abcd-{running.pid}@{host}-together"  # a live writer putting its files in
+        staging.mkdir()
+        write_pair("new")(staging)
+        (staging / "committed.json").write_text('{"last": "metrics.json"}\n')
+        finished, removed = finish_interrupted_writes(tmp_path, ["model.keras", "metrics.json"])
+        assert finished == [] and sorted(map(os.path.basename, removed)) == sorted(dead)
+        assert sorted(os.listdir(tmp_path)) == sorted([live, remote, staging.name])
+        # A day without a change, another host's writer is taken for gone.
+        os.utime(tmp_path / remote, (0, 0))
+        assert list(map(os.path.basename, remove_temporary_files(tmp_path))) == [remote]
+        # The folder's lock says that no other writer is there: all of it is a dead writer's.
+        with hold_lock(tmp_path):
+            finished, removed = finish_interrupted_writes(tmp_path, ["model.keras", "metrics.json"])
+        assert finished == [str(staging)] and list(map(os.path.basename, removed)) == [live]
+        assert sorted(os.listdir(tmp_path)) == ["metrics.json", "model.keras"]
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_temporary_names_carry_their_writer(tmp_path):
+    name = os.path.basename(make_folder_beside(tmp_path / "prepared"))
+    assert re.fullmatch(rf"\.tmp-[0-9a-f]{{8}}-{os.getpid()}@[A-Za-z0-9._]+-prepared", name), name
