@@ -179,7 +179,10 @@ def _read_or_learn_vocabulary(args, out_dir, prepared=None, lowercase=True):
         return read_vocabulary(str(saved), lowercase=lowercase)
     if prepared is not None:
         return read_vocabulary(os.path.join(prepared, "vocab.txt"))
-    return kbert.learn_vocabulary(files=args.corpus, vocabulary_size=args.vocabulary_size,
+    from kbert.data.documents import corpus_files
+
+    # The files the run reads: a folder's too, as --corpus says.
+    return kbert.learn_vocabulary(files=corpus_files(args.corpus), vocabulary_size=args.vocabulary_size,
                                   lowercase=not args.cased)
 
 

@@ -474,3 +474,16 @@ def test_distill_and_prune_explain_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["prune", path, "--task", "sst2", "--heads", "1", "--out", out])
     assert "argument --heads: must be a number from 0 up to, not including, 1" in capsys.readouterr().err
+
+
+def test_pretrain_learns_its_vocabulary_from_a_corpus_folder(tmp_path):
+    import argparse
+
+    from kbert.cli.pretraining import _read_or_learn_vocabulary
+
+    (tmp_path / "books" / "part").mkdir(parents=True)
+    (tmp_path / "books" / "one.txt").write_text("the cat sat on the mat\n")
+    (tmp_path / "books" / "part" / "two.txt").write_text("a dog slept in the garden\n")
+    args = argparse.Namespace(vocabulary=None, corpus=[str(tmp_path / "books")], vocabulary_size=60, cased=False)
+    vocabulary = _read_or_learn_vocabulary(args, tmp_path / "run")
+    assert {"cat", "garden"} <= set(vocabulary)
