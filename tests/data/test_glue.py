@@ -160,8 +160,9 @@ def test_cli_train_refuses_a_header_only_train_file_naming_it(offline, capsys):
 
     tmp_path, _ = offline
     train = write(tmp_path / "data" / "glue" / "SST-2" / "train.tsv", "sentence\tlabel\r\n")
+    write(tmp_path / "data" / "glue" / "SST-2" / "dev.tsv", "sentence\tlabel\r\nfine\t1\r\n")
     write(tmp_path / "vocab.txt", "\n".join(TINY_VOCABULARY) + "\n")
     assert cli.main(["train", "sst2", "--encoder", "tiny", "--vocabulary", str(tmp_path / "vocab.txt"),
                      "--out", str(tmp_path / "run"), "--epochs", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"kbert train: error: {train}: the file has the header but no rows"
+    assert err == f"kbert train: error: {train}: the file has no examples, only a header"
