@@ -20,7 +20,7 @@ from kbert.data.pretraining_settings import PretrainingSettings
 from kbert.data.text_pairs import TextPairs
 from kbert.io.atomic_files import contains_path, left_temporaries, make_folder_beside
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
-from kbert.runs.outputs import special_file_kind
+from kbert.io.atomic_files import special_file_kind
 
 METADATA_FILE = "metadata.json"
 VOCABULARY_FILE = "vocab.txt"

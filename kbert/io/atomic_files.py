@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 import uuid
@@ -226,7 +227,7 @@ def left_by_dead_writer(directory, name):
         return True
     pid = int(match["pid"])
     if match["host"] == _host():
-        return pid == os.getpid() or not _is_running(pid)
+        return pid == os.getpid() or not process_is_running(pid)
     try:
         return time.time() - os.lstat(os.path.join(directory, name)).st_mtime > STALE_AFTER_S
     except FileNotFoundError:  # its writer has just renamed or removed it
@@ -409,7 +410,22 @@ def _host():
     return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:_HOST_CHARS] or "host"
 
 
-def _is_running(pid):
+def special_file_kind(path):
+    """What `path` is when it exists and is neither a regular file nor a folder ("a named pipe (FIFO)", ...), links followed; else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing, or a link to nothing: nothing there to replace
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def process_is_running(pid):
     """Whether process `pid` of this host runs (on Windows, where it cannot be asked harmlessly: yes)."""
     if os.name == "nt":  # there os.kill ends the process
         return True

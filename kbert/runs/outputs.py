@@ -18,11 +18,10 @@ The rules the commands follow (docs/cli.rst, "What a command may replace"):
 """
 
 import os
-import stat
 import sys
 import time
 
-from kbert.io.atomic_files import contains_path, finish_interrupted_writes, write_together
+from kbert.io.atomic_files import contains_path, finish_interrupted_writes, special_file_kind, write_together
 
 # The files of a `kbert train`, `distill` or `prune` run folder; the last,
 # written last, marks a finished run (as in run folders of every kbert version).
@@ -56,21 +55,6 @@ def check_output_file(path, flag, overwrite, inputs=()):
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"{flag} {path} exists; pass --overwrite to replace it.")
     check_writable(path, flag)
-
-
-def special_file_kind(path):
-    """What `path` is when it exists and is neither a regular file nor a folder ("a named pipe (FIFO)", ...), links followed; else None."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:  # missing, or a link to nothing: nothing there to replace
-        return None
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "a special file"
 
 
 def check_regular_file(path, flag):

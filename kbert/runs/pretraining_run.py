@@ -21,6 +21,7 @@ import math
 import os
 
 from kbert.io.atomic_files import json_text, write_atomically, write_text
+from kbert.runs.own_data import sha256_of
 
 SETTINGS_FILE = "settings.json"
 VOCABULARY_FILE = "vocab.txt"
@@ -61,15 +62,6 @@ _UNSET = {
     "steps_per_epoch": "one pass over the corpus",
 }
 _NEW_RUN = "to resume, give this run's settings again; to start a new run, choose another --out"
-
-
-def sha256_of(path):
-    """The sha256 of a file's bytes, as hex."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def corpus_identity(corpus, prepared=None):

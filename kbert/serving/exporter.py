@@ -15,8 +15,7 @@ import keras
 import tensorflow as tf
 
 from kbert.backend.tensorflow_process import call_in_tensorflow, caller_has_ended
-from kbert.io.atomic_files import ordinary_modes
-from kbert.runs.outputs import special_file_kind
+from kbert.io.atomic_files import ordinary_modes, process_is_running, special_file_kind
 from kbert.serving import op_allowlist
 from kbert.serving.serving_module import ServingModule
 
@@ -399,7 +398,7 @@ def _work_prefix(version, kind):
 
 
 def _is_stale(path, match):
-    if match["pid"] is not None and match["host"] == _host() and not _is_running(int(match["pid"])):
+    if match["pid"] is not None and match["host"] == _host() and not process_is_running(int(match["pid"])):
         return True
     # Otherwise by age, which also catches a dead writer whose process id
     # a new process got (a container's writer is often process 1).
@@ -410,13 +409,3 @@ def _is_stale(path, match):
     return age > STALE_AFTER_S
 
 
-def _is_running(pid):
-    if os.name == "nt":  # there os.kill ends the process: do not ask, count it as running
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, as another user's process
-        return True
-    return True
