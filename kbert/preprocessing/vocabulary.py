@@ -33,7 +33,7 @@ def _matched_files(files):
     matched = _glob_all(patterns)
     if matched is None:
         missing = [p for p in patterns if not tf.io.gfile.glob(p)]
-        raise FileNotFoundError(f"No file matches {missing}.")
+        raise FileNotFoundError(f"The pattern {missing[0]!r} matches no file.")
     return matched
 
 

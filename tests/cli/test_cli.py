@@ -35,7 +35,7 @@ def test_vocabulary_learns_from_files(tmp_path, capsys):
 
 def test_vocabulary_reports_a_missing_file(tmp_path, capsys):
     assert cli.main(["vocabulary", str(tmp_path / "none*.txt"), "--out", str(tmp_path / "v.txt")]) == 2
-    assert "No file matches" in capsys.readouterr().err
+    assert "matches no file" in capsys.readouterr().err
     assert not (tmp_path / "v.txt").exists()
 
 
@@ -155,7 +155,7 @@ def test_pretrain_reads_prepared_shards_and_refuses_another_objective(tmp_path, 
 
 def test_pretrain_reports_a_corpus_that_matches_nothing(tmp_path, capsys):
     assert cli.main(pretrain_arguments(tmp_path / "missing", tmp_path / "run")) == 2
-    assert "No file matches" in capsys.readouterr().err
+    assert "matches no file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["pretrain", "train"])

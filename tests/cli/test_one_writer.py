@@ -103,7 +103,7 @@ def test_under_several_workers_the_chief_alone_holds_the_run_folder(tmp_path, ca
 def test_a_command_that_fails_leaves_no_lock_and_no_folder_it_made(tmp_path, capsys):
     out = tmp_path / "new" / "run"
     assert cli.main(["pretrain", "--corpus", str(tmp_path / "none*.txt"), "--out", str(out)]) == 2
-    assert "No file matches" in capsys.readouterr().err
+    assert "matches no file" in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
 
 
