@@ -81,9 +81,30 @@ class BaseTokenizer(PreprocessingLayer):
         that keeps `max_tokens` tokens cuts its texts first.
         """
         texts, _ = self._batch(texts)
+        return tf.strings.substr(self._one_separator(texts), 0, max_tokens * self.chars_per_token,
+                                 unit="UTF8_CHAR")
+
+    def bound_texts(self, texts, max_tokens):
+        """Each text kept whole where its first `max_tokens` tokens can span all of it, else cut: a batch of strings.
+
+        A text longer than the characters `max_tokens` tokens can span (see
+        `cut_texts`) is cut as `cut_texts` cuts it, its separator runs made
+        one space first. A text that fits is returned as it was sent, so
+        character offsets into it, which the windowed tasks return, are
+        unchanged. Either way the work of tokenizing it is bounded by
+        `max_tokens`.
+        """
+        texts, _ = self._batch(texts)
+        limit = max_tokens * self.chars_per_token
+        collapsed = self._one_separator(texts)
+        fits = tf.strings.length(collapsed, unit="UTF8_CHAR") <= limit
+        return tf.where(fits, texts, tf.strings.substr(collapsed, 0, limit, unit="UTF8_CHAR"))
+
+    def _one_separator(self, texts):
+        """Texts with each run of separator characters made one space (as many tokens)."""
         if self.separator_runs:
-            texts = tf.strings.regex_replace(texts, self.separator_runs, " ")
-        return tf.strings.substr(texts, 0, max_tokens * self.chars_per_token, unit="UTF8_CHAR")
+            return tf.strings.regex_replace(texts, self.separator_runs, " ")
+        return texts
 
     # Input handling.
     def _batch(self, texts):

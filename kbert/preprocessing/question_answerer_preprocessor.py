@@ -59,7 +59,11 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
     into overlapping windows, the next starting `doc_stride` tokens after the
     previous one, until the last reaches the context's end, as BERT's
     reference `run_squad.py` does (a stride longer than a window's context
-    part is cut to it, so no token is skipped); every window is kept.
+    part is cut to it, so no token is skipped). In training every window is
+    kept; at inference (`predict`, `answer`, an export) a context gets at
+    most `max_windows` windows, and only its characters those windows can
+    span are tokenized, so a request's work is bounded whatever its size. A
+    context that fits in them gets the answer it would get unbounded.
     Training targets are the answer's first and last token in each window; a
     window that does not hold the whole answer points both at `[CLS]`
     (position 0).
@@ -72,7 +76,8 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
     together; punctuation marks and CJK characters are words of their own,
     as the tokenizer splits them), then mapped to the original context
     through the tokenizer's offsets, so `context[start:end] == text` always
-    holds (in characters, as Python counts them). The score of "no answer"
+    holds (in characters, as Python counts them; for a context too long for
+    `max_windows`, in the context as it was read). The score of "no answer"
     is the `[CLS]` score `start_logits[0] + end_logits[0]` (the lowest over
     the question's windows); with `null_score_threshold` set, a question is
     answered `""` when the no-answer score exceeds the best span's by more
@@ -98,6 +103,10 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         n_best: candidate answers kept per question.
         null_score_threshold: None to always answer, or a float to answer
             `""` when no answer scores that much better than the best span.
+        max_windows: at inference, the most windows a context gets (64
+            windows read 8,445 context tokens at the default stride and a
+            `sequence_length` of 384); None reads every token,
+            however long the context sent.
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "sat", "the", "cat", "?", "."]
@@ -119,6 +128,7 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         max_answer_length=15,
         n_best=20,
         null_score_threshold=None,
+        max_windows=64,
         **kwargs,
     ):
         kwargs.pop("text_pairs", None)  # always question and context
@@ -132,6 +142,8 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         ]:
             if int(value) != value or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if max_windows is not None and (int(max_windows) != max_windows or max_windows < 1):
+            raise ValueError(f"`max_windows` must be a positive integer or None, got {max_windows!r}.")
         # The fewest context tokens a window holds: [CLS], question, 2 x [SEP].
         context_room = sequence_length - 3 - int(max_question_length)
         if context_room < 1:
@@ -147,8 +159,10 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         self.max_answer_length = int(max_answer_length)
         self.n_best = int(n_best)
         self.null_score_threshold = null_score_threshold
+        self.max_windows = None if max_windows is None else int(max_windows)
         self._question_windows = QuestionWindows(
-            self.tokenizer, sequence_length, self.doc_stride, self.max_question_length
+            self.tokenizer, sequence_length, self.doc_stride, self.max_question_length,
+            max_windows=self.max_windows,
         )
         self._training_function = None
 
@@ -335,6 +349,7 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
                 "max_answer_length": self.max_answer_length,
                 "n_best": self.n_best,
                 "null_score_threshold": self.null_score_threshold,
+                "max_windows": self.max_windows,
             }
         )
         return config

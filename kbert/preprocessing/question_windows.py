@@ -31,6 +31,10 @@ class QuestionWindows:
         sequence_length: the window length, in tokens.
         doc_stride: tokens between the starts of consecutive windows.
         max_question_length: question tokens kept; the rest are cut.
+        max_windows: with no answers given (inference), the most windows a
+            context gets; its tokens past them are not read, and its
+            characters past what they can span are not tokenized (see
+            `BaseTokenizer.bound_texts`). None reads every token.
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "sat", "the", "cat", "?", "."]
@@ -40,11 +44,12 @@ class QuestionWindows:
     [[2, 5, 6, 9, 3, 7, 8, 6, 10, 3]]
     """
 
-    def __init__(self, tokenizer, sequence_length, doc_stride, max_question_length):
+    def __init__(self, tokenizer, sequence_length, doc_stride, max_question_length, max_windows=None):
         self.tokenizer = tokenizer
         self.sequence_length = int(sequence_length)
         self.doc_stride = int(doc_stride)
         self.max_question_length = int(max_question_length)
+        self.max_windows = None if max_windows is None else int(max_windows)
         # Pieces that continue a word ("##s"): answers are widened to whole words.
         self.continues_word = np.zeros(tokenizer.vocabulary_size(), bool)
         self.continues_word[tokenizer.continuation_ids()] = True
@@ -87,7 +92,15 @@ class QuestionWindows:
             tf.shape(questions), tf.shape(contexts), message="Give one context per question."
         )
         tokenizer = self.tokenizer
-        question_ids = tokenizer(questions)[:, : self.max_question_length]
+        # A question is cut before it is tokenized, whatever its size.
+        question_ids = tokenizer(tokenizer.cut_texts(questions, self.max_question_length))
+        question_ids = question_ids[:, : self.max_question_length]
+        # At inference, a context is read as far as `max_windows` windows
+        # reach. (Training keeps every window: its answers' character
+        # offsets index the context as given.)
+        bounded = self.max_windows is not None and answer_starts is None
+        if bounded:
+            contexts = tokenizer.bound_texts(contexts, self.context_token_budget())
         context_ids, byte_starts, byte_ends = tokenizer.tokenize_with_offsets(contexts)
         char_starts, char_ends = byte_to_char_offsets(contexts, byte_starts, byte_ends)
         word_starts, word_ends = word_offsets(
@@ -106,6 +119,8 @@ class QuestionWindows:
             tf.ones_like(context_lengths),
             (context_lengths - room + stride - 1) // stride + 1,
         )
+        if bounded:
+            window_counts = tf.minimum(window_counts, self.max_windows)
         layout = {
             "contexts": contexts,
             "question_ids": question_ids,
@@ -121,6 +136,10 @@ class QuestionWindows:
         if answer_starts is not None:
             layout.update(answer_tokens(char_starts, char_ends, answer_starts, answer_ends))
         return layout
+
+    def context_token_budget(self):
+        """The most context tokens `max_windows` windows can hold: a window's room, then a stride each."""
+        return (self.sequence_length - 3) + (self.max_windows - 1) * self.doc_stride
 
     def pack(self, layout):
         """Packs a `layout` into windows: the dict `build` returns."""

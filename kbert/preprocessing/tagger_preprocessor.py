@@ -32,6 +32,13 @@ class TaggerPreprocessor(TaskPreprocessor):
     nothing (an empty string, a control character) is read as `[UNK]`. A
     batch is padded to its longest window (rounded up to a multiple of 8).
 
+    Serving (`serve`, an export) splits raw texts into words and tags each
+    one. It reads a text as far as `max_windows` windows of one token per
+    word reach: later words are not tagged (`word_counts` says how many
+    were), and characters past what those tokens can span are not
+    tokenized, so a request's work is bounded whatever its size. A text
+    that fits gets the tags it would get unbounded.
+
     Reverse: `reverse(word_logits)` gives, per word, `tag_ids`, `tags`,
     `probabilities` and `scores` (the chosen tag's probability).
 
@@ -45,6 +52,9 @@ class TaggerPreprocessor(TaskPreprocessor):
             its `sequence_length` is the window size.
         labels: the tag strings, in id order, e.g.
             `kbert.data.CONLL2003_LABELS`.
+        max_windows: in serving, the most windows a text is read for (64
+            windows of 126 words at a `sequence_length` of 128: 8,064
+            words); None reads every word, however long the text sent.
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "peter", "visit", "##ed", "paris"]
@@ -57,10 +67,13 @@ class TaggerPreprocessor(TaskPreprocessor):
     [[0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
     """
 
-    def __init__(self, packer, labels=None, **kwargs):
+    def __init__(self, packer, labels=None, max_windows=64, **kwargs):
         kwargs.pop("text_pairs", None)  # always single sentences
         super().__init__(packer, text_pairs=False, **kwargs)
         self.labels = check_labels(labels)
+        if max_windows is not None and (int(max_windows) != max_windows or max_windows < 1):
+            raise ValueError(f"`max_windows` must be a positive integer or None, got {max_windows!r}.")
+        self.max_windows = None if max_windows is None else int(max_windows)
 
     @property
     def num_labels(self):
@@ -273,8 +286,17 @@ class TaggerPreprocessor(TaskPreprocessor):
         return [("text", [None])]
 
     def serve(self, model, texts):
-        """Splits each text into words, as the tokenizer does, and tags every word."""
+        """Splits each text into words, as the tokenizer does, and tags every word (up to `max_windows` windows)."""
+        if self.max_windows is not None:
+            # Every word is at least one token: a text that fits has at most
+            # this many, and keeps its characters and offsets as sent.
+            max_words = self.max_windows * (self.sequence_length - 2)
+            texts = self.tokenizer.bound_texts(texts, max_words)
         texts, words, byte_starts, byte_ends = self.tokenizer.split_words(texts)
+        if self.max_windows is not None:
+            words, byte_starts, byte_ends = (
+                ragged[:, :max_words] for ragged in (words, byte_starts, byte_ends)
+            )
         no_words = tf.equal(tf.size(words.flat_values), 0)
         logits = tf.cond(
             no_words,
@@ -306,6 +328,7 @@ class TaggerPreprocessor(TaskPreprocessor):
         config = super().get_config()
         del config["text_pairs"]
         config["labels"] = list(self.labels)
+        config["max_windows"] = self.max_windows
         return config
 
 

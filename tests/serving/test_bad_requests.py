@@ -108,3 +108,47 @@ def test_a_huge_text_costs_what_sequence_length_allows_and_answers_as_its_first_
     before = current_mb()
     assert serve(text=tf.constant([long_text]))["probabilities"].numpy() == pytest.approx(first, abs=1e-6)
     assert peak_mb() < before + 1000
+
+
+def test_a_huge_context_is_read_as_far_as_max_windows_reach_and_answered_from_there(exported):
+    from tests.memory import current_mb, peak_mb
+
+    model, path = exported["question_answerer"]
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+
+    def answer(context):
+        served = serve(question=tf.constant(["who sat?"]), context=tf.constant([context]))
+        return [served[name].numpy()[0] for name in ("text", "start", "end")]
+
+    # A context that fits, whatever its spaces: the answer and its offsets, into the context as sent.
+    context = "the cat sat on the mat ."
+    spaced = context.replace("sat", "sat" + " " * 5_000_000)
+    text, start, end = answer(spaced)
+    assert spaced[start:end] == text.decode() and text.split() == answer(context)[0].split()
+    # 60 MB of words: only the characters of the first `max_windows` windows are read.
+    budget = model.preprocessor.max_windows * model.preprocessor.doc_stride + model.preprocessor.sequence_length
+    long_context = "the cat sat " * 5_000_000
+    first_part = answer(long_context[: budget * 12])  # the same first windows
+    before = current_mb()
+    assert answer(long_context) == first_part
+    assert peak_mb() < before + 1000
+
+
+def test_a_huge_text_to_a_tagger_is_tagged_as_far_as_max_windows_reach(exported):
+    from tests.memory import current_mb, peak_mb
+
+    model, path = exported["tagger"]
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    max_words = model.preprocessor.max_windows * (model.preprocessor.sequence_length - 2)
+    # A text that fits, whatever its spaces: the same tags, offsets into the text as sent.
+    spaced = "the" + " " * 5_000_000 + "cat sat"
+    tagged, plain = serve(text=tf.constant([spaced])), serve(text=tf.constant(["the cat sat"]))
+    assert tagged["tags"].numpy().tolist() == plain["tags"].numpy().tolist()
+    assert tagged["word_starts"].numpy()[0].tolist() == [0, 5_000_004, 5_000_008]
+    # 60 MB of words: the first `max_words` are tagged, as in a text of those words alone.
+    before = current_mb()
+    tagged = serve(text=tf.constant(["the cat sat " * 5_000_000]))
+    assert peak_mb() < before + 1000
+    first = serve(text=tf.constant(["the cat sat " * (max_words // 3)]))
+    assert int(tagged["word_counts"].numpy()[0]) == int(first["word_counts"].numpy()[0]) == max_words
+    assert tagged["tags"].numpy().tolist() == first["tags"].numpy().tolist()
