@@ -144,7 +144,7 @@ def test_a_huge_text_to_a_tagger_is_tagged_as_far_as_max_windows_reach(exported)
     spaced = "the" + " " * 5_000_000 + "cat sat"
     tagged, plain = serve(text=tf.constant([spaced])), serve(text=tf.constant(["the cat sat"]))
     assert tagged["tags"].numpy().tolist() == plain["tags"].numpy().tolist()
-    assert tagged["word_starts"].numpy()[0].tolist() == [0, 5_000_004, 5_000_008]
+    assert tagged["word_starts"].numpy()[0].tolist() == [0, 5_000_003, 5_000_007]
     # 60 MB of words: the first `max_words` are tagged, as in a text of those words alone.
     before = current_mb()
     tagged = serve(text=tf.constant(["the cat sat " * 5_000_000]))
