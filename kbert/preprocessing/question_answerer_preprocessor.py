@@ -22,6 +22,7 @@ from kbert.preprocessing.span_decoding import answer_dicts, decode_spans
 from kbert.preprocessing.task_preprocessor import (
     MODEL_INPUTS,
     TaskPreprocessor,
+    check_max_windows,
     make_examples,
     run_by_length,
 )
@@ -142,8 +143,6 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         ]:
             if int(value) != value or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        if max_windows is not None and (int(max_windows) != max_windows or max_windows < 1):
-            raise ValueError(f"`max_windows` must be a positive integer or None, got {max_windows!r}.")
         # The fewest context tokens a window holds: [CLS], question, 2 x [SEP].
         context_room = sequence_length - 3 - int(max_question_length)
         if context_room < 1:
@@ -159,7 +158,7 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
         self.max_answer_length = int(max_answer_length)
         self.n_best = int(n_best)
         self.null_score_threshold = null_score_threshold
-        self.max_windows = None if max_windows is None else int(max_windows)
+        self.max_windows = check_max_windows(max_windows)
         self._question_windows = QuestionWindows(
             self.tokenizer, sequence_length, self.doc_stride, self.max_question_length,
             max_windows=self.max_windows,

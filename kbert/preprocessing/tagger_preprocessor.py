@@ -9,6 +9,7 @@ from kbert.backend.tensorflow_bridge import model_outputs
 from kbert.preprocessing.input_pipeline import padded_length
 from kbert.preprocessing.task_preprocessor import (
     TaskPreprocessor,
+    check_max_windows,
     make_examples,
     probabilities,
     run_by_length,
@@ -71,9 +72,7 @@ class TaggerPreprocessor(TaskPreprocessor):
         kwargs.pop("text_pairs", None)  # always single sentences
         super().__init__(packer, text_pairs=False, **kwargs)
         self.labels = check_labels(labels)
-        if max_windows is not None and (int(max_windows) != max_windows or max_windows < 1):
-            raise ValueError(f"`max_windows` must be a positive integer or None, got {max_windows!r}.")
-        self.max_windows = None if max_windows is None else int(max_windows)
+        self.max_windows = check_max_windows(max_windows)
 
     @property
     def num_labels(self):

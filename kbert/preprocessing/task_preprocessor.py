@@ -211,6 +211,13 @@ def as_text_array(texts):
     return array.astype(bytes) if array.size and isinstance(array[0], bytes) else array.astype(str)
 
 
+def check_max_windows(max_windows):
+    """`max_windows` as an int, or None: the windowed tasks' bound on a text at inference."""
+    if max_windows is not None and (int(max_windows) != max_windows or max_windows < 1):
+        raise ValueError(f"`max_windows` must be a positive integer or None, got {max_windows!r}.")
+    return None if max_windows is None else int(max_windows)
+
+
 def check_sample_weight(sample_weight, count, what):
     """Sample weights as float32: one per example, finite and not negative (one NaN would make every weight NaN)."""
     sample_weight = np.asarray(sample_weight, dtype="float32")
