@@ -43,3 +43,23 @@ def known_steps(x, batch_size):
         return len(x)
     except TypeError:
         return None
+
+
+
+def one_iterator(dataset, steps=None):
+    """`(dataset, steps)` for Keras to read `dataset` through one iterator, not one more per pass.
+
+    Keras' loops start the next pass's iterator as soon as a dataset of
+    known length runs out: the one after `predict`, `evaluate` or the last
+    epoch of `fit` is never read, and each epoch of `fit` starts a new one.
+    Each iterator of a `tf.data` pipeline of text instantiates its graph
+    (the tokenizer's) anew, which costs as much as reading a small input.
+    Repeated, with its number of batches as the steps of a pass, the dataset
+    is read through the one iterator Keras starts (a pass reshuffles as a
+    new iterator would). A dataset of unknown length, or `steps` given, is
+    left as it is.
+    """
+    known = known_steps(dataset, None) if is_tf_dataset(dataset) else None
+    if steps is not None or known is None:
+        return dataset, steps
+    return dataset.repeat(), known

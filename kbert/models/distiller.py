@@ -7,6 +7,7 @@ import numpy as np
 from keras import ops
 
 from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
+from kbert.backend.model_inputs import one_iterator
 from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.distillation_loss import distillation_loss
 from kbert.io.atomic_files import SavesAtomically
@@ -256,6 +257,10 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
         steps = steps_per_epoch or int(dataset.cardinality())
         start_schedule_window(self.optimizer, batches_trained(self.optimizer),
                               steps * max(epochs - initial_epoch, 1))
+        dataset, steps_per_epoch = one_iterator(dataset, steps_per_epoch)
+        if validation:
+            validation_data, kwargs["validation_steps"] = one_iterator(validation_data,
+                                                                       kwargs.get("validation_steps"))
         history = super().fit(dataset, epochs=epochs, validation_data=validation_data, verbose=verbose,
                               shuffle=False, steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
                               **kwargs)
@@ -278,6 +283,7 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
 
         (examples,) = self.teacher_examples([[(x, y)]], batch_size, verbose)
         dataset = examples_dataset(self.student.preprocessor, examples, batch_size)
+        dataset, kwargs["steps"] = one_iterator(dataset, kwargs.get("steps"))
         return super().evaluate(dataset, verbose=verbose, **kwargs)
 
     def teacher_examples(self, groups, batch_size=None, verbose="auto"):

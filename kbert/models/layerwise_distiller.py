@@ -3,7 +3,7 @@
 import keras
 
 from kbert.backend import UntrackedStepState, build_before_first_step
-from kbert.backend.model_inputs import known_steps
+from kbert.backend.model_inputs import known_steps, one_iterator
 from kbert.compression.layer_mapping import (
     attention_mean_squared_error,
     check_layer_map,
@@ -318,6 +318,10 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
         total = None if steps is None else steps * max(epochs - initial_epoch, 1)
         start_schedule_window(self.optimizer, batches_trained(self.optimizer), total)
         build_before_first_step(self, dataset)
+        dataset, steps_per_epoch = one_iterator(dataset, steps_per_epoch)
+        if validation_data is not None:
+            validation_data, kwargs["validation_steps"] = one_iterator(validation_data,
+                                                                       kwargs.get("validation_steps"))
         return super().fit(dataset, epochs=epochs, steps_per_epoch=steps_per_epoch,
                            validation_data=validation_data, initial_epoch=initial_epoch,
                            shuffle=False, **kwargs)
@@ -326,7 +330,8 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
         """The loss parts on raw texts, the student in inference mode."""
         if not self.compiled:
             self.compile()
-        return super().evaluate(self.text_dataset(x, batch_size), **kwargs)
+        dataset, kwargs["steps"] = one_iterator(self.text_dataset(x, batch_size), kwargs.get("steps"))
+        return super().evaluate(dataset, **kwargs)
 
     # --- Config ----------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from kbert.backend import LayersBeforeInit, UntrackedStepState, compile_transformer_blocks
 from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
-from kbert.backend.model_inputs import is_token_ids, known_steps
+from kbert.backend.model_inputs import is_token_ids, known_steps, one_iterator
 from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.io.atomic_files import SavesAtomically
@@ -166,6 +166,9 @@ class TaskModel(
             validation_data = self._validation_dataset(validation_data, batch_size)
         steps = steps_per_epoch or known_steps(data["x"], batch_size)
         self._start_learning_rate_window(steps, epochs - initial_epoch)
+        data["x"], steps_per_epoch = one_iterator(data["x"], steps_per_epoch)
+        if validation_data is not None:
+            validation_data, kwargs["validation_steps"] = one_iterator(validation_data, kwargs.get("validation_steps"))
         kwargs["callbacks"] = with_sparsity_kept(self, kwargs.get("callbacks"))
         return super().fit(
             **data,
@@ -211,13 +214,16 @@ class TaskModel(
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if is_token_ids(x):
             return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
-        return super().evaluate(self._task_dataset(x, y, sample_weight, batch_size), **kwargs)
+        dataset, kwargs["steps"] = one_iterator(self._task_dataset(x, y, sample_weight, batch_size),
+                                                kwargs.get("steps"))
+        return super().evaluate(dataset, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         """The model's scores for `x` (any input `fit` takes, labels left out), as NumPy."""
         if is_token_ids(x):
             return super().predict(x, batch_size=batch_size, **kwargs)
-        return super().predict(self._task_dataset(x, batch_size=batch_size), **kwargs)
+        dataset, kwargs["steps"] = one_iterator(self._task_dataset(x, batch_size=batch_size), kwargs.get("steps"))
+        return super().predict(dataset, **kwargs)
 
     def predict_proba(self, x, batch_size=None, **kwargs):
         """The softmax of `predict`'s logits, one row per example."""

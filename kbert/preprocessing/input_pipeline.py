@@ -110,8 +110,6 @@ def _model_input_batches(preprocessor, batches, batch_size, examples=None, group
     """Batches of raw examples through the forward step, padded, counted and prefetched."""
 
     mapped = batches.map(forward_function(preprocessor), num_parallel_calls=tf.data.AUTOTUNE)
-    if preprocessor.pads_to_longest:
-        mapped = mapped.map(cut_padding, num_parallel_calls=tf.data.AUTOTUNE)
     if examples is not None and examples.output_count != examples.count:
         # One example gave several (question windows): re-batch what it gave.
         mapped = mapped.unbatch().batch(batch_size)
@@ -132,20 +130,26 @@ _FORWARD_FUNCTIONS = weakref.WeakKeyDictionary()
 def forward_function(preprocessor):
     """`preprocessor.forward_batch` as a `tf.function`, one per preprocessor.
 
-    `tf.data` traces what it maps anew for every dataset, and instantiates
-    it for every iterator: for a task preprocessor's graph (tokenizing,
-    packing, targets) that is most of a second, paid by every `fit`,
-    `evaluate` and `predict` call. Mapping the same `tf.function` traces it
-    once per batch structure; each dataset then traces only a call to it.
+    The batch comes out cut to its longest example (`cut_padding`) where
+    the preprocessor pads to the longest. `tf.data` traces what it maps
+    anew for every dataset, and instantiates it for every iterator: for a
+    task preprocessor's graph (tokenizing, packing, targets) that is most
+    of a second, paid by every `fit`, `evaluate` and `predict` call.
+    Mapping the same `tf.function` traces it once per batch structure; each
+    dataset then traces only a call to it.
     """
     function = _FORWARD_FUNCTIONS.get(preprocessor)
     if function is None:
         # Preprocessing has no Python control flow on tensors: skipping
         # AutoGraph's conversion makes tracing faster.
         owner = weakref.ref(preprocessor)  # the function must not keep its preprocessor alive
+        cuts = preprocessor.pads_to_longest
 
         def forward(*batch):
-            return owner().forward_batch(*batch)
+            outputs = owner().forward_batch(*batch)
+            if not cuts:
+                return outputs
+            return cut_padding(*outputs) if isinstance(outputs, tuple) else cut_padding(outputs)
 
         function = tf.function(forward, autograph=False)
         _FORWARD_FUNCTIONS[preprocessor] = function

@@ -50,11 +50,11 @@ def test_fit_predict_save_on_text_pairs(tmp_path):
 
 
 def test_learns_a_separable_task():
-    # Seeded: from some initial weights 15 epochs of this tiny model are not
-    # enough, and a test must not depend on the draw.
+    # At 1e-2 this tiny model learns the task from each of the seeds tried
+    # (0 to 3); at 3e-3, 15 epochs leave it near chance. Seeded all the same.
     keras.utils.set_random_seed(2)
     model = tiny_classifier(sequence_length=8)
-    model.compile(learning_rate=3e-3)
+    model.compile(learning_rate=1e-2)
     texts = ["good film", "bad film", "a good cat", "a bad cat"] * 8
     labels = [1, 0, 1, 0] * 8
     model.fit(texts, labels, batch_size=8, epochs=15, verbose=0)
