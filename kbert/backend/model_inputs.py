@@ -58,6 +58,14 @@ def one_iterator(dataset, steps=None):
     is read through the one iterator Keras starts (a pass reshuffles as a
     new iterator would). A dataset of unknown length, or `steps` given, is
     left as it is.
+
+    Example:
+    >>> import tensorflow as tf
+    >>> dataset, steps = one_iterator(tf.data.Dataset.range(10).batch(4))
+    >>> steps, int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY
+    (3, True)
+    >>> one_iterator([1, 2, 3], steps=None)  # not a dataset: as it is
+    ([1, 2, 3], None)
     """
     known = known_steps(dataset, None) if is_tf_dataset(dataset) else None
     if steps is not None or known is None:

@@ -138,6 +138,43 @@ def test_each_fit_gets_its_own_warmup_and_decay():
     assert any(not np.array_equal(before, after) for before, after in zip(weights, model.get_weights()))
 
 
+@pytest.mark.all_backends
+def test_each_call_reads_its_texts_through_one_iterator(monkeypatch):
+    # Each iterator of a text pipeline instantiates the tokenizer's graph
+    # again; Keras starts the next pass's iterator when a pass of known
+    # length ends, and one is started for every validation.
+    model = tiny_classifier()
+    started = []
+    iterate = tf.data.Dataset.__iter__
+
+    def counted(dataset):
+        started.append(dataset)
+        return iterate(dataset)
+
+    monkeypatch.setattr(tf.data.Dataset, "__iter__", counted)
+
+    def iterators(call):
+        started.clear()
+        call()
+        return len(started)
+
+    history = []
+    calls = {
+        "predict": lambda: model.predict(TEXTS, batch_size=2, verbose=0),
+        "evaluate": lambda: model.evaluate(TEXTS, LABELS, batch_size=2, verbose=0),
+        "fit": lambda: history.append(model.fit(TEXTS, LABELS, batch_size=2, epochs=3, verbose=0)),
+    }
+    # The first call of each: Keras on JAX and PyTorch reads one batch of
+    # its own to build the model's metrics (once per model).
+    for call in calls.values():
+        call()
+    assert {name: iterators(call) for name, call in calls.items()} == {"predict": 1, "evaluate": 1, "fit": 1}
+    assert len(history[-1].history["loss"]) == 3  # three epochs of two batches
+    assert int(model.optimizer.iterations) == 12
+    assert iterators(lambda: model.fit(TEXTS, LABELS, batch_size=2, epochs=2, verbose=0,
+                                       validation_data=(TEXTS, LABELS))) == 3
+
+
 def test_compile_can_be_overridden():
     import keras
 
