@@ -45,7 +45,6 @@ def known_steps(x, batch_size):
         return None
 
 
-
 def one_iterator(dataset, steps=None):
     """`(dataset, steps)` for Keras to read `dataset` through one iterator, not one more per pass.
 
