@@ -168,7 +168,8 @@ class TaskModel(
         self._start_learning_rate_window(steps, epochs - initial_epoch)
         data["x"], steps_per_epoch = one_iterator(data["x"], steps_per_epoch)
         if validation_data is not None:
-            validation_data, kwargs["validation_steps"] = one_iterator(validation_data, kwargs.get("validation_steps"))
+            validation_data, kwargs["validation_steps"] = one_iterator(validation_data,
+                                                                       kwargs.get("validation_steps"))
         kwargs["callbacks"] = with_sparsity_kept(self, kwargs.get("callbacks"))
         return super().fit(
             **data,
@@ -222,7 +223,8 @@ class TaskModel(
         """The model's scores for `x` (any input `fit` takes, labels left out), as NumPy."""
         if is_token_ids(x):
             return super().predict(x, batch_size=batch_size, **kwargs)
-        dataset, kwargs["steps"] = one_iterator(self._task_dataset(x, batch_size=batch_size), kwargs.get("steps"))
+        dataset, kwargs["steps"] = one_iterator(self._task_dataset(x, batch_size=batch_size),
+                                                kwargs.get("steps"))
         return super().predict(dataset, **kwargs)
 
     def predict_proba(self, x, batch_size=None, **kwargs):
