@@ -147,7 +147,8 @@ class QuestionAnswerer(TaskModel):
             spec = tf.TensorSpec([None], tf.string)
             method = getattr(self._raw_input_preprocessor(), name)
             self._traced_functions[name] = tf.function(
-                lambda questions, contexts: method(self, questions, contexts), input_signature=[spec, spec]
+                lambda questions, contexts: method(self, questions, contexts), input_signature=[spec, spec],
+                autograph=False,  # no Python control flow on tensors; traces faster
             )
         return self._traced_functions[name]
 

@@ -277,7 +277,8 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
 
             texts, offsets = tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64)
             self._training_function = tf.function(
-                training_windows, input_signature=[texts, texts, offsets, offsets]
+                training_windows, input_signature=[texts, texts, offsets, offsets],
+                autograph=False,  # no Python control flow on tensors; traces faster
             )
         return self._training_function(questions, contexts, answer_starts, answer_ends)
 

@@ -82,7 +82,7 @@ class SavedModelPredictor:
         from kbert.serving.serving_module import ServingModule
 
         module = ServingModule(model)
-        return cls(name, _signature=_KeywordSignature(module.signatures()[SERVING_DEFAULT],
+        return cls(name, _signature=_KeywordSignature(module.signatures([SERVING_DEFAULT])[SERVING_DEFAULT],
                                                       [input_name for input_name, _ in module.text_inputs]))
 
     @property

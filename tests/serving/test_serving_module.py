@@ -129,6 +129,21 @@ def test_every_export_has_the_three_signatures(served, kind):
     assert served["results"][kind]["signatures"] == sorted([SERVING_DEFAULT, FROM_TOKEN_IDS, FROM_TF_EXAMPLE])
 
 
+def test_signatures_are_traced_as_asked_and_tf_examples_run_the_text_graph(exported):
+    from kbert.serving.serving_module import ServingModule
+
+    model, _ = exported["pair_classifier"]
+    module = ServingModule(model)
+    assert list(module.signatures([SERVING_DEFAULT])) == [SERVING_DEFAULT]
+    with pytest.raises(ValueError, match=r"Unknown signatures \['predict'\]"):
+        module.signatures(["predict"])
+    every = module.signatures()
+    # from_tf_example parses its examples, then calls serving_default's own function: traced once, not twice.
+    calls = [op.get_attr("f").name for op in every[FROM_TF_EXAMPLE].graph.get_operations()
+             if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert calls == [every[SERVING_DEFAULT].name.decode()]
+
+
 @pytest.mark.parametrize("kind", ["classifier", "pair_classifier"])
 def test_classifiers_serve_the_keras_probabilities(exported, served, kind):
     model, _ = exported[kind]
