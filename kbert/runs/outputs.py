@@ -43,10 +43,10 @@ def check_input_file(path, flag):
 def check_output_file(path, flag, overwrite, inputs=()):
     """Raises unless the file `path` (the value of `flag`) can be written: not a folder, not an input, new or `overwrite`.
 
-    A named pipe, a device or a socket (or a link to one) is refused, with
+    A named pipe, a device, a socket or a symbolic link is refused, with
     or without `overwrite`: kbert writes regular files, and would replace
     it with one (`--out /dev/null`, run as root, would replace the
-    system's).
+    system's; a link would be replaced by a file).
     """
     if os.path.isdir(path):
         raise IsADirectoryError(f"{flag} {path} is a folder; give the file to write.")
@@ -58,12 +58,12 @@ def check_output_file(path, flag, overwrite, inputs=()):
 
 
 def check_regular_file(path, flag):
-    """Raises, naming `flag`, when `path` is a named pipe, a device or a socket (or a link to one): kbert never replaces one."""
+    """Raises, naming `flag`, when `path` is a named pipe, a device, a socket or a link: kbert replaces none."""
     _refuse_special_file(path, f"{flag} {path}", flag)
 
 
 def check_own_files(folder, names, flag):
-    """Raises, naming `flag`, when a file of `names` in `folder` (what the command writes there) is a named pipe, a device or a socket."""
+    """Raises, naming `flag`, when a file of `names` in `folder` (what the command writes there) is not kbert's to replace."""
     for name in names:
         _refuse_special_file(os.path.join(folder, name), f"{flag} {folder}: its {name}", flag)
 
@@ -74,6 +74,11 @@ def _refuse_special_file(path, said, flag):
         link = " (through a link)" if os.path.islink(path) else ""
         raise ValueError(f"{said} is {kind}{link}, not a regular file; kbert writes only regular files and does "
                          f"not replace it, with or without --overwrite: choose another {flag}.")
+    if os.path.islink(path):
+        # kbert makes no links: writing would replace the user's link with a
+        # file, and writing through it would change a file kbert did not make.
+        raise ValueError(f"{said} is a symbolic link (to {os.readlink(path)}), not a file kbert wrote; kbert "
+                         f"replaces neither the link nor what it points to: remove it, or choose another {flag}.")
 
 
 def check_output_folder(path, flag, inputs=()):

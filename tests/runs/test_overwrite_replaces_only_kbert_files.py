@@ -1,4 +1,4 @@
-"""`--overwrite` replaces kbert's own regular files, and nothing else: no named pipe, device or socket, no file of the user's.
+"""`--overwrite` replaces kbert's own regular files, and nothing else: no pipe, device, socket or link, no file of yours.
 
 Through the commands, as a user meets them. A named pipe in a folder is
 never opened here (hashing it, as `folder_state` does, would wait for a
@@ -58,6 +58,16 @@ def test_no_output_flag_writes_over_a_named_pipe_or_a_socket(tmp_path, capsys, m
                 assert f"--out {out} is a named pipe (FIFO)" in line and "not a regular file" in line, line
     assert is_fifo(pipe) and os.path.islink(tmp_path / "link")
 
+    # A link to a regular file: replacing it would lose the user's link,
+    # writing through it would change a file kbert did not write.
+    kept = tmp_path / "kept.txt"
+    kept.write_text("the user's\n")
+    (tmp_path / "file-link").symlink_to(kept)
+    for arguments in (["vocabulary", str(corpus)], ["predict", model_file, "the cat"]):
+        line = refused(arguments + ["--out", str(tmp_path / "file-link"), "--overwrite"], capsys)
+        assert f"--out {tmp_path / 'file-link'} is a symbolic link (to {kept})" in line, line
+    assert os.path.islink(tmp_path / "file-link") and kept.read_text() == "the user's\n"
+
     # A socket, as a device would be: its kind is named.
     server = socket.socket(socket.AF_UNIX)
     try:
@@ -82,6 +92,12 @@ def test_a_run_folder_whose_own_files_are_pipes_is_refused(tmp_path, capsys, mod
     os.mkfifo(pretraining / "vocab.txt")  # a resumed run would read it, and wait
     line = refused(["pretrain", "--corpus", str(tmp_path / "run"), "--out", str(pretraining)], capsys)
     assert "its vocab.txt is a named pipe (FIFO)" in line
+    (run / "metrics.json").unlink()
+    (run / "metrics.json").symlink_to(tmp_path / "elsewhere.json")  # a link to nothing, as well
+    line = refused(["train", "sst2", "--out", str(run), "--overwrite"], capsys)
+    assert f"--out {run}: its metrics.json is a symbolic link" in line, line
+    os.unlink(run / "metrics.json")
+    os.mkfifo(run / "metrics.json")
     assert is_fifo(run / "metrics.json") and is_fifo(pretraining / "vocab.txt")
 
 
