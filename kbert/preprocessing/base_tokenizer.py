@@ -5,6 +5,9 @@ from keras.src.saving.serialization_lib import in_safe_mode
 
 from kbert.preprocessing.preprocessing_layer import PreprocessingLayer, to_string_tensor
 
+# The most bytes one character takes in UTF-8.
+_MAX_UTF8_BYTES = 4
+
 
 class BaseTokenizer(PreprocessingLayer):
     """The interface kbert's preprocessors, task models and exports rely on.
@@ -78,11 +81,14 @@ class BaseTokenizer(PreprocessingLayer):
         the whole texts (for words of at most `chars_per_token - 1`
         characters), and the work, and memory, of tokenizing them is bounded
         by `max_tokens`, whatever the length of the text sent: a preprocessor
-        that keeps `max_tokens` tokens cuts its texts first.
+        that keeps `max_tokens` tokens cuts its texts first. Only the
+        separator runs are read whole; every other step reads at most four
+        bytes per character kept.
         """
-        texts, _ = self._batch(texts)
-        return tf.strings.substr(self._one_separator(texts), 0, max_tokens * self.chars_per_token,
-                                 unit="UTF8_CHAR")
+        texts = self._string_batch(texts)
+        limit = max_tokens * self.chars_per_token
+        head = self._head(self._one_separator(texts), limit)
+        return tf.strings.substr(head, 0, limit, unit="UTF8_CHAR")
 
     def bound_texts(self, texts, max_tokens):
         """Each text kept whole where its first `max_tokens` tokens can span all of it, else cut: a batch of strings.
@@ -94,11 +100,25 @@ class BaseTokenizer(PreprocessingLayer):
         unchanged. Either way the work of tokenizing it is bounded by
         `max_tokens`.
         """
-        texts, _ = self._batch(texts)
+        texts = self._string_batch(texts)
         limit = max_tokens * self.chars_per_token
         collapsed = self._one_separator(texts)
-        fits = tf.strings.length(collapsed, unit="UTF8_CHAR") <= limit
-        return tf.where(fits, texts, tf.strings.substr(collapsed, 0, limit, unit="UTF8_CHAR"))
+        head = self._head(collapsed, limit)
+        # A text of more bytes than its head is longer than `limit` characters
+        # however it is made valid, so its head decides.
+        fits = tf.logical_and(tf.strings.length(collapsed) <= _MAX_UTF8_BYTES * limit,
+                              tf.strings.length(head, unit="UTF8_CHAR") <= limit)
+        # Only the texts that fit are made valid UTF-8 whole.
+        whole = self._valid_utf8(tf.where(fits, texts, ""))
+        return tf.where(fits, whole, tf.strings.substr(head, 0, limit, unit="UTF8_CHAR"))
+
+    def _head(self, texts, limit):
+        """The first `4 * limit` bytes of each text, made valid UTF-8: they hold its first `limit` characters.
+
+        A character that the cut splits lies past the `limit`th, and so does
+        the replacement character it becomes.
+        """
+        return self._valid_utf8(tf.strings.substr(texts, 0, _MAX_UTF8_BYTES * limit, unit="BYTE"))
 
     def _one_separator(self, texts):
         """Texts with each run of separator characters made one space (as many tokens)."""
@@ -110,6 +130,12 @@ class BaseTokenizer(PreprocessingLayer):
     def _batch(self, texts):
         """`(texts, scalar)`: a 1-D batch of valid UTF-8 strings, and whether the input was one text."""
         texts = to_string_tensor(texts)
+        scalar = texts.shape.rank == 0
+        return self._valid_utf8(self._string_batch(texts)), scalar
+
+    def _string_batch(self, texts):
+        """A 1-D batch of strings (a scalar made a batch of one), its bytes as sent."""
+        texts = to_string_tensor(texts)
         name = type(self).__name__
         if isinstance(texts, tf.RaggedTensor):
             raise TypeError(f"{name} takes a dense batch of strings, not a ragged tensor.")
@@ -119,17 +145,19 @@ class BaseTokenizer(PreprocessingLayer):
             raise ValueError(
                 f"{name} takes a string or a batch (1-D) of strings, got shape {texts.shape}."
             )
-        scalar = texts.shape.rank == 0
-        if scalar:
+        if texts.shape.rank == 0:
             texts = texts[tf.newaxis]
-        # Each invalid UTF-8 sequence becomes U+FFFD.
+        return texts
+
+    @staticmethod
+    def _valid_utf8(texts):
+        """Texts with each invalid UTF-8 sequence made U+FFFD, and each NUL U+0001."""
         texts = tf.strings.unicode_transcode(
             texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
         # Some TF string ops stop at NUL; U+0001 is dropped the same way and
         # keeps every byte offset.
-        texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
-        return texts, scalar
+        return tf.strings.regex_replace(texts, r"\x00", "\x01")
 
     def detokenize(self, token_ids, skip_special_tokens=True):
         """Joins token ids (one sequence, or a batch, ragged or padded) back into text."""

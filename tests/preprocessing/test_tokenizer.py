@@ -509,6 +509,44 @@ def test_bad_input_hand_checked(tokenizer):
     assert tokens_of(tokenizer, [b"c\xffat", b"c\x00a\x01t\x7f"]) == [["cat"], ["cat"]]
 
 
+@pytest.mark.parametrize("max_tokens", [1, 2, 5])
+def test_cut_and_bound_texts_equal_cutting_the_whole_text_made_valid(tokenizer, max_tokens):
+    # The cut reads bytes before it makes them valid UTF-8: what it keeps is
+    # what a cut of the whole text, made valid first, keeps.
+    limit = max_tokens * tokenizer.chars_per_token
+    texts = BAD_INPUTS + ["é" * 400, "日本" * 100, "é\u3000  " * 300, b"\x80" * 500 + b" the cat",
+                         b"\xc3" * 700 + b"\xa9", b"a" * (limit - 1) + "é".encode(), b"a" * limit + b"\xe6\x97"]
+    valid = tf.strings.regex_replace(
+        tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD),
+        r"\x00", "\x01")
+    collapsed = tf.strings.regex_replace(valid, tokenizer.separator_runs, " ")
+    expected = tf.strings.substr(collapsed, 0, limit, unit="UTF8_CHAR").numpy().tolist()
+    assert tokenizer.cut_texts(texts, max_tokens).numpy().tolist() == expected
+    fits = (tf.strings.length(collapsed, unit="UTF8_CHAR") <= limit).numpy()
+    assert tokenizer.bound_texts(texts, max_tokens).numpy().tolist() == [
+        whole if fit else cut for whole, cut, fit in zip(valid.numpy().tolist(), expected, fits)
+    ]
+
+
+def test_cutting_a_long_text_reads_it_whole_once(tmp_path):
+    from tests.memory import current_mb, peak_mb
+
+    tokenizer = kbert.Tokenizer(TINY_VOCABULARY)
+    cut = tf.function(lambda texts: tokenizer.cut_texts(texts, 128))
+    cut(tf.constant(["the cat"]))
+    path = tmp_path / "long.txt"
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(25):
+            f.write("é" * 1_000_000)  # 50 MB of a 2-byte character in all
+    text = tf.reshape(tf.io.read_file(str(path)), [1])  # no copy in Python
+    before = current_mb()
+    assert tf.strings.length(cut(text), unit="UTF8_CHAR").numpy().tolist() == [128 * 101]
+    # The separator runs are read whole; every other step reads the bytes
+    # the kept characters can take. Measured: about 95 MB, where making the
+    # whole text valid UTF-8 first took about 170 MB.
+    assert peak_mb() - before < 130
+
+
 def test_hundred_thousand_characters(tokenizer):
     text = "the cat " * 12_500
     assert len(text) == 100_000
