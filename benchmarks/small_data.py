@@ -11,6 +11,7 @@ Prints a table and writes JSON (default `benchmarks/results/small_data.json`).
 
     .venv/bin/python benchmarks/small_data.py                      # SST-2 (about 15 minutes on 2 cores)
     .venv/bin/python benchmarks/small_data.py --tasks conll2003 squad
+    .venv/bin/python benchmarks/small_data.py --tasks squad --recipes now
 """
 
 import argparse
@@ -27,6 +28,8 @@ from kbert.runs.fine_tuning import RECIPES, default_epochs, fine_tune  # noqa: E
 
 SIZES = {"sst2": 1500, "conll2003": 1000, "squad": 600}
 EVAL_EXAMPLES = {"sst2": None, "conll2003": 1000, "squad": 500}
+RECIPE_EPOCHS = {"before": 3, "now": None}
+RECIPE_NAMES = {"before": "before: 3 epochs", "now": "now: default"}
 
 
 def main():
@@ -34,12 +37,15 @@ def main():
     parser.add_argument("--tasks", nargs="+", default=["sst2"], choices=sorted(SIZES))
     parser.add_argument("--encoder", default="all-minilm-l6-v2")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--recipes", nargs="+", default=sorted(RECIPE_EPOCHS), choices=sorted(RECIPE_EPOCHS),
+                        help="which recipes to run (default: both)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "small_data.json"))
     args = parser.parse_args()
     results = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "runs": []}
     for task in args.tasks:
-        for recipe, epochs in (("before: 3 epochs", 3), ("now: default", None)):
+        for key in args.recipes:
+            recipe, epochs = RECIPE_NAMES[key], RECIPE_EPOCHS[key]
             start = time.time()
             with tempfile.TemporaryDirectory() as out:
                 result = fine_tune(task, args.encoder, out, epochs=epochs, max_examples=SIZES[task],

@@ -70,6 +70,9 @@ class ClassifierPreprocessor(TaskPreprocessor):
                 )
             if len(set(class_names)) != len(class_names):
                 raise ValueError(f"The class names repeat a name: {class_names}.")
+            if not all(name.strip() for name in class_names):
+                # An answer of "" (or spaces) reads as no answer at all.
+                raise ValueError(f"A class name is empty or only spaces: {class_names}.")
         self.num_classes = int(num_classes)
         self.class_names = class_names
         self.problem_type = problem_type

@@ -363,5 +363,7 @@ def test_the_api_refuses_what_it_would_get_wrong():
         model.predict([], verbose=0)
     with pytest.raises(ValueError, match=r"repeat a name: \['a', 'a'\]"):
         tiny_classifier(class_names=["a", "a"])
+    with pytest.raises(ValueError, match=r"empty or only spaces: \['a', ' '\]"):
+        tiny_classifier(class_names=["a", " "])
     with pytest.raises(ValueError, match=r"line 28: a token holds a line break"):
         kbert.Tokenizer(TINY_VOCABULARY + ["new\nline"])
