@@ -30,7 +30,7 @@ OPTION_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 # Docstrings (by test id) whose examples take more than 10 s.
 SLOW = {
-    "kbert.data.pretraining.pretraining_dataset",
+    "kbert.pretraining.dataset.pretraining_dataset",
     "kbert.models.multiple_choice.MultipleChoice",
     "kbert.builders.tagger",
 }
@@ -107,7 +107,7 @@ def test_wrong_output_fails(tmp_path, monkeypatch):
     [0, 1, 2]
     >>> open("note.txt", "w").write("hi"), sorted(os.listdir(folder))
     (2, ['note.txt'])
-    >>> kbert.data.documents.split_sentences("It rained. We stayed in.")
+    >>> kbert.pretraining.documents.split_sentences("It rained. We stayed in.")
     ['It rained.', 'We stayed out.']
     """
     test = doctest.DocTestParser().get_doctest(source, {}, "wrong", "wrong.py", 0)

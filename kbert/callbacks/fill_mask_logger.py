@@ -65,8 +65,8 @@ class FillMaskLogger(TrainingStepCallback):
 
     def fill(self):
         """The model's guesses for the sentences now: per sentence, per mask, the top-k dicts."""
-        from kbert.models.fill_mask import fill_mask
-        from kbert.models.pretrainer import Pretrainer
+        from kbert.pretraining.fill_mask import fill_mask
+        from kbert.pretraining.pretrainer import Pretrainer
 
         if not isinstance(self.model, Pretrainer):
             raise TypeError(f"FillMaskLogger needs a kbert.Pretrainer, got a {type(self.model).__name__}.")

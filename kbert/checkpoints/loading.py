@@ -234,7 +234,7 @@ def load_pretrained(path_or_name, dropout=None, dtype=None, heads=False, attenti
     set_encoder_tensors(encoder, tensors, weights)
     if not heads:
         return encoder, tokenizer
-    from kbert.models.pretrainer import Pretrainer
+    from kbert.pretraining.pretrainer import Pretrainer
 
     if MASKED_LM_TENSOR not in tensors:
         raise ValueError(f"{folder} has no masked-LM head (no tensor {MASKED_LM_TENSOR}).")
@@ -319,7 +319,7 @@ def _load_albert_folder(folder, dropout, dtype, heads, attention_dropout):
     albert.load_albert_tensors(encoder, arguments, tensors, weights)
     if not heads:
         return encoder, tokenizer
-    from kbert.models.pretrainer import Pretrainer
+    from kbert.pretraining.pretrainer import Pretrainer
 
     if albert.MASKED_LM_TENSOR not in tensors:
         raise ValueError(f"{folder} has no masked-LM head (no tensor {albert.MASKED_LM_TENSOR}).")

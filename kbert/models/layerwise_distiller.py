@@ -59,7 +59,7 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
 
     The teacher runs in inference mode and is never trained; the student
     trains with dropout. `fit` takes raw texts (general distillation on a
-    corpus, e.g. `kbert.data.documents.text_lines`, or task-specific
+    corpus, e.g. `kbert.pretraining.documents.text_lines`, or task-specific
     distillation on the task's texts) and logs `loss` and each part, so
     TensorBoard draws them as separate curves. Afterwards `student` is the
     trained `kbert.Encoder`: build a task model on it, or distil a task

@@ -77,7 +77,7 @@ def corpus_identity(corpus, prepared=None):
         for name in ("metadata.json", VOCABULARY_FILE):
             digest.update(sha256_of(os.path.join(prepared, name)).encode())
         return {"prepared": os.path.abspath(prepared), "sha256": digest.hexdigest()}
-    from kbert.data.documents import corpus_files
+    from kbert.pretraining.documents import corpus_files
 
     return {"files": [[os.path.abspath(path), os.path.getsize(path)] for path in corpus_files(corpus)]}
 

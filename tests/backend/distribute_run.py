@@ -30,7 +30,7 @@ import sys
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretraining"))
 from pretraining_run import VOCABULARY, kill_at_step  # noqa: E402
 
 GLOBAL_BATCH = 12
@@ -90,7 +90,7 @@ def batches(args, strategy, results, summary):
 
     import kbert
     from kbert.backend.distribute import distributed_stream
-    from kbert.models.pretrainer import _batch_stream
+    from kbert.pretraining.pretrainer import _batch_stream
 
     local = strategy.experimental_local_results
     data = kbert.pretraining_dataset(os.path.join(args.corpus, "prepared"), batch_size=GLOBAL_BATCH,

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from kbert.backend.distribute import make_strategy, read_tf_config, wait_for_workers
-from kbert.data.pretraining import prepare_pretraining_data
-from tests.models.pretraining_run import VOCABULARY, write_corpus
+from kbert.pretraining.dataset import prepare_pretraining_data
+from tests.pretraining.pretraining_run import VOCABULARY, write_corpus
 
 SCRIPT = Path(__file__).parent / "distribute_run.py"
 # A limit for hangs, not for speed: three processes share two cores here.

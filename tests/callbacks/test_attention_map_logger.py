@@ -8,7 +8,7 @@ from kbert.callbacks import AttentionMapLogger, attention_scores
 from kbert.callbacks.images import CARD_WIDTH, MARGIN, TITLE_FONT_SIZE, colour_map, format_range
 from tests.callbacks.event_files import images
 from tests.callbacks.test_images import contains, count, dark, rendered, text_width
-from tests.models.test_pretrainer import pretraining_batch, tiny_pretrainer
+from tests.pretraining.test_pretrainer import pretraining_batch, tiny_pretrainer
 from tests.test_case import TINY_VOCABULARY, numpy, tiny_encoder_kwargs
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.

@@ -257,7 +257,7 @@ def seed_states(model):
 @pytest.mark.skipif(
     BACKEND == "torch",
     reason="Keras' dropout draws from PyTorch's generator there, not from seed generators; backups keep "
-           "that generator's state (tests/models/test_pretrainer.py resumes exactly on PyTorch)",
+           "that generator's state (tests/pretraining/test_pretrainer.py resumes exactly on PyTorch)",
 )
 def test_dropout_random_state_is_backed_up_and_restored_and_the_resume_is_said(tmp_path, capsys):
     backup_dir = tmp_path / "backup"

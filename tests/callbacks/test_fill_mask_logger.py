@@ -6,7 +6,7 @@ import tensorflow as tf
 import kbert
 from kbert.callbacks import FillMaskLogger
 from tests.callbacks.event_files import texts
-from tests.models.test_pretrainer import pretraining_batch, tiny_pretrainer
+from tests.pretraining.test_pretrainer import pretraining_batch, tiny_pretrainer
 from tests.test_case import TINY_VOCABULARY
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.

@@ -9,7 +9,7 @@ import pytest
 from kbert import cli
 from kbert.io import writer_lock
 from kbert.io.writer_lock import LOCK_FILE, hold_lock
-from tests.models.pretraining_run import VOCABULARY, write_corpus
+from tests.pretraining.pretraining_run import VOCABULARY, write_corpus
 from tests.test_case import folder_state
 
 pytestmark = pytest.mark.skipif(writer_lock.fcntl is None, reason="flock is POSIX's")
@@ -137,7 +137,7 @@ def test_prepare_pretraining_removes_what_a_killed_preparation_left_and_no_runni
 
 
 def test_a_preparation_killed_between_its_renames_gets_the_old_folder_back(tmp_path):
-    from kbert.data.prepared_pairs import remove_interrupted_preparations
+    from kbert.pretraining.prepared_pairs import remove_interrupted_preparations
 
     prepared = tmp_path / "prepared"
     aside = tmp_path / ".tmp-0badc0de-prepared"  # the old folder, moved aside; the new one never arrived

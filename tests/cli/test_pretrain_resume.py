@@ -7,7 +7,7 @@ import keras
 import kbert
 from kbert import cli
 from tests.cli.test_cli import pretrain_arguments
-from tests.models.pretraining_run import VOCABULARY, write_corpus
+from tests.pretraining.pretraining_run import VOCABULARY, write_corpus
 
 
 class InterruptAfterStep(keras.callbacks.Callback):

@@ -221,8 +221,8 @@ def test_cli_train_passes_the_source(tmp_path, monkeypatch, capsys):
 
     seen = {}
 
-    def fake_fine_tune(task, encoder, out, **kwargs):
-        seen.update(kwargs, task=task)
+    def fake_fine_tune(task, out, settings):
+        seen.update(task=task, source=settings.source)
         return {"task": task, "split": "dev", "examples": 0}
 
     monkeypatch.setattr(fine_tuning, "fine_tune", fake_fine_tune)

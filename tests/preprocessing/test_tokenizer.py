@@ -319,7 +319,7 @@ def test_read_vocabulary_missing_special_tokens_names_them():
 def test_cli_reads_vocabulary_files_as_text_files(tmp_path, capsys, content, problem):
     # Vocabulary files go through kbert.io.text_files, as every text file kbert takes.
     from kbert import cli
-    from tests.models.pretraining_run import write_corpus
+    from tests.pretraining.pretraining_run import write_corpus
 
     write_corpus(tmp_path / "corpus", documents=2, sentences=6)
     (tmp_path / "vocab.txt").write_bytes(content)

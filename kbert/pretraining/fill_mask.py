@@ -3,10 +3,10 @@
 import numpy as np
 import tensorflow as tf
 
-from kbert.models.pretrainer import Pretrainer
 from kbert.preprocessing.base_tokenizer import BaseTokenizer
 from kbert.preprocessing.preprocessor import Preprocessor
 from kbert.preprocessing.tokenizer_choice import tokenizer_from_vocabulary
+from kbert.pretraining.pretrainer import Pretrainer
 
 
 class FillMask:

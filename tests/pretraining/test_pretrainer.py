@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import kbert
 from kbert.models.optimization import WarmupLinearDecay
-from kbert.models.pretrainer import (
+from kbert.pretraining.pretrainer import (
     NEXT_SENTENCE_LABELS,
     SENTENCE_ORDER_LABELS,
     Pretrainer,
@@ -384,7 +384,7 @@ class _InterruptAtStep(keras.callbacks.Callback):
 @pytest.mark.parametrize("feed, objective", [("repeated", "nsp"), ("arrays", "nsp"),
                                              pytest.param("repeated", "sop", marks=pytest.mark.tensorflow_backend)])
 def test_a_resumed_fit_ends_at_the_step_of_an_uninterrupted_one(tmp_path, feed, objective):
-    # Four distinct batches of two; dropout on. (tests/models/test_pretrainer_runs.py
+    # Four distinct batches of two; dropout on. (tests/pretraining/test_pretrainer_runs.py
     # kills whole runs fed by pretraining datasets, finite or repeated.) SOP
     # runs on a tiny ALBERT.
     x, y, sample_weight = pretraining_batch(batch=8)

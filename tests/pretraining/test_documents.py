@@ -3,7 +3,7 @@ import os
 import pytest
 
 from kbert.data import DataFormatError
-from kbert.data.documents import CorpusStats, corpus_files, read_documents, split_sentences, text_lines
+from kbert.pretraining.documents import CorpusStats, corpus_files, read_documents, split_sentences, text_lines
 
 
 def write(path, content):

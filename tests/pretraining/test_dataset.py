@@ -9,8 +9,8 @@ import pytest
 
 import kbert
 from kbert.data import DataFormatError
-from kbert.data import prepared_pairs
-from kbert.data.pretraining import EpochCounter, prepare_pretraining_data, pretraining_dataset
+from kbert.pretraining import prepared_pairs
+from kbert.pretraining.dataset import EpochCounter, prepare_pretraining_data, pretraining_dataset
 from tests.preprocessing.conftest import assert_packed, bert_vocabulary_path
 from tests.test_case import folder_state
 
@@ -547,7 +547,7 @@ def test_a_one_file_corpus_warns_that_nsp_gets_no_not_next_pairs(tmp_path, vocab
 def test_progress_rewrites_one_line_on_a_terminal_and_appends_lines_elsewhere(monkeypatch):
     import io
 
-    from kbert.data import corpus_progress
+    from kbert.pretraining import corpus_progress
 
     class Terminal(io.StringIO):
         def isatty(self):

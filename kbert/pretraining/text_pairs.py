@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from kbert.data.corpus_progress import count_pairs
-from kbert.data.documents import CorpusStats, corpus_files, read_documents
 from kbert.preprocessing.tokenizer import Tokenizer
+from kbert.pretraining.corpus_progress import count_pairs
+from kbert.pretraining.documents import CorpusStats, corpus_files, read_documents
 
 # Sentences tokenized per TF call: large enough to amortise the call.
 _SENTENCES_PER_CALL = 4096

@@ -2,8 +2,9 @@
 
 import dataclasses
 
-from kbert.data.documents import DOCUMENT_BOUNDARIES
-from kbert.preprocessing.sentence_pair_builder import SentencePairBuilder, resolve_objective
+from kbert.io.settings_objects import settings_from_arguments
+from kbert.pretraining.documents import DOCUMENT_BOUNDARIES
+from kbert.pretraining.sentence_pair_builder import SentencePairBuilder, resolve_objective
 
 # The packed length of examples cut from text when none is asked for.
 DEFAULT_SEQUENCE_LENGTH = 128
@@ -72,19 +73,7 @@ class PretrainingSettings:
     @classmethod
     def from_arguments(cls, settings=None, **options):
         """`settings`, or the settings that the keyword `options` make; a keyword may repeat a setting, not change it."""
-        fields = {field.name for field in dataclasses.fields(cls)}
-        for name in options:
-            if name not in fields:
-                raise TypeError(f"pretraining_dataset() got an unexpected keyword argument {name!r}.")
-        if settings is None:
-            return cls(**options)
-        if not isinstance(settings, cls):
-            raise TypeError(f"`settings` must be a kbert.PretrainingSettings, got {settings!r}.")
-        for name, value in options.items():
-            if getattr(settings, name) != value:
-                raise ValueError(f"`{name}={value!r}` conflicts with `settings.{name}={getattr(settings, name)!r}`; "
-                                 "give it in one place.")
-        return settings
+        return settings_from_arguments(cls, settings, options, "pretraining_dataset()", "kbert.PretrainingSettings")
 
     @property
     def requested_objective(self):

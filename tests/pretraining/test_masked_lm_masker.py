@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
+from kbert.pretraining.masked_lm_masker import MaskedLMMasker, default_max_predictions
 
 # Ids as kbert.Tokenizer numbers them: [PAD] [UNK] [CLS] [SEP] [MASK], then text.
 PAD, UNK, CLS, SEP, MASK = range(5)

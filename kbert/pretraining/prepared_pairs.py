@@ -14,13 +14,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from kbert.data.corpus_progress import Progress, end_pass, reading_line
-from kbert.data.documents import corpus_files
-from kbert.data.pretraining_settings import PretrainingSettings
-from kbert.data.text_pairs import TextPairs
-from kbert.io.atomic_files import contains_path, left_temporaries, make_folder_beside
+from kbert.io.atomic_files import contains_path, left_temporaries, make_folder_beside, special_file_kind
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
-from kbert.io.atomic_files import special_file_kind
+from kbert.pretraining.corpus_progress import Progress, end_pass, reading_line
+from kbert.pretraining.documents import corpus_files
+from kbert.pretraining.pretraining_settings import PretrainingSettings
+from kbert.pretraining.text_pairs import TextPairs
 
 METADATA_FILE = "metadata.json"
 VOCABULARY_FILE = "vocab.txt"

@@ -12,7 +12,7 @@ from kbert.io.atomic_files import SavesAtomically
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.optimization import batches_trained, bert_adamw, start_schedule_window, with_loss_scaling
 from kbert.models.task_model import FreezesUnusedPooler
-from kbert.preprocessing.sentence_pair_builder import resolve_objective
+from kbert.pretraining.sentence_pair_builder import resolve_objective
 
 # NSP class ids: 0 when segment B really follows segment A, 1 when B is random.
 NEXT_SENTENCE_LABELS = ("IsNext", "NotNext")
@@ -421,7 +421,7 @@ def _pretraining_data(x):
     import tensorflow as tf
 
     # Imported here: a `tf.data.Dataset` means TensorFlow is installed, which models need not be.
-    from kbert.data.pretraining_data import PretrainingData
+    from kbert.pretraining.pretraining_data import PretrainingData
 
     if not isinstance(x, PretrainingData) and int(x.cardinality()) == tf.data.INFINITE_CARDINALITY:
         # `.repeat()` makes a plain dataset: look below it.

@@ -9,9 +9,9 @@ import math
 
 import tensorflow as tf
 
-from kbert.data.prepared_pairs import shard_sizes
-from kbert.data.pretraining_data import PretrainingData
-from kbert.preprocessing.masked_lm_masker import MaskedLMMasker, default_max_predictions
+from kbert.pretraining.masked_lm_masker import MaskedLMMasker, default_max_predictions
+from kbert.pretraining.prepared_pairs import shard_sizes
+from kbert.pretraining.pretraining_data import PretrainingData
 
 
 class EpochCounter:

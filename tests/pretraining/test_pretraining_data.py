@@ -2,9 +2,9 @@ import pytest
 import tensorflow as tf
 
 import kbert
-from kbert.data.pretraining_data import PretrainingData
-from kbert.models.pretrainer import _batch_stream
-from tests.models.test_pretrainer import pretraining_batch, tiny_pretrainer
+from kbert.pretraining.pretraining_data import PretrainingData
+from kbert.pretraining.pretrainer import _batch_stream
+from tests.pretraining.test_pretrainer import pretraining_batch, tiny_pretrainer
 
 BATCHES = 3
 

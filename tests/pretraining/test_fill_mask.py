@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import kbert
-from kbert.models.fill_mask import FillMask, fill_mask
-from kbert.models.pretrainer import Pretrainer
+from kbert.pretraining.fill_mask import FillMask, fill_mask
+from kbert.pretraining.pretrainer import Pretrainer
 from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
 
 EXCLUDED = {"[PAD]", "[CLS]", "[SEP]", "[MASK]"}

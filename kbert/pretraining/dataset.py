@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from kbert.backend.distribute import agreed_seed, is_multi_worker
-from kbert.data.prepared_pairs import (
+from kbert.pretraining.prepared_pairs import (
     FORMAT,
     METADATA_FILE,
     VOCABULARY_FILE,
@@ -29,9 +29,9 @@ from kbert.data.prepared_pairs import (
     read_metadata,
     shard_sizes,
 )
-from kbert.data.pretraining_batches import EpochCounter, ExampleMaker, pretraining_batches
-from kbert.data.pretraining_settings import PretrainingSettings
-from kbert.data.text_pairs import TextPairs, corpus_tokenizer
+from kbert.pretraining.pretraining_batches import EpochCounter, ExampleMaker, pretraining_batches
+from kbert.pretraining.pretraining_settings import PretrainingSettings
+from kbert.pretraining.text_pairs import TextPairs, corpus_tokenizer
 
 # The names this module has always offered; most are defined beside it.
 __all__ = [
@@ -103,7 +103,7 @@ def pretraining_dataset(corpus, vocabulary=None, settings=None, *, tokenizer=Non
             (NSP), and of shorter examples (BERT's recipe: 0.5 and 0.1).
         document_boundary: `"file"` (each file is a document) or
             `"blank_line"` (BERT's format: blank lines end documents); see
-            `kbert.data.documents.read_documents`.
+            `kbert.pretraining.documents.read_documents`.
         document_buffer: documents held to shuffle and draw random B from.
         shuffle_buffer: examples shuffled across per epoch (0: no shuffle).
         seed: fixes pairs, order and masks; random when `None`.

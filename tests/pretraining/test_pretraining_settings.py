@@ -3,8 +3,8 @@ import dataclasses
 import pytest
 
 import kbert
-from kbert.data.pretraining_settings import PretrainingSettings
-from tests.data.test_pretraining import as_numpy, assert_same_batches, write_corpus
+from kbert.pretraining.pretraining_settings import PretrainingSettings
+from tests.pretraining.test_dataset import as_numpy, assert_same_batches, write_corpus
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from kbert.preprocessing.sentence_pair_builder import (
+from kbert.pretraining.sentence_pair_builder import (
     IN_ORDER,
     IS_NEXT,
     NOT_NEXT,

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from kbert.preprocessing.sentence_pair_builder import resolve_objective
+from kbert.pretraining.sentence_pair_builder import resolve_objective
 
 
 class PretrainingData(tf.data.Dataset):
