@@ -64,7 +64,7 @@ def main():
             for rate, kernel in variants:
                 start = time.time()
                 with tempfile.TemporaryDirectory() as out, attention_computed_by(kernel):
-                    result = fine_tune(task, args.encoder, out, seed=seed, attention_dropout=rate, verbose=2,
+                    result = fine_tune(task, out, encoder=args.encoder, seed=seed, attention_dropout=rate, verbose=2,
                                        **BUDGETS[task])
                 row = {"task": task, "seed": seed, "attention_dropout": rate, "kernel": kernel,
                        "metric": RECIPES[task].metric, "value": result[RECIPES[task].metric],

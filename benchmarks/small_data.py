@@ -48,7 +48,7 @@ def main():
             recipe, epochs = RECIPE_NAMES[key], RECIPE_EPOCHS[key]
             start = time.time()
             with tempfile.TemporaryDirectory() as out:
-                result = fine_tune(task, args.encoder, out, epochs=epochs, max_examples=SIZES[task],
+                result = fine_tune(task, out, encoder=args.encoder, epochs=epochs, max_examples=SIZES[task],
                                    max_eval_examples=EVAL_EXAMPLES[task], seed=args.seed, verbose=2)
             used = result["settings"]["epochs"]
             result.update(recipe=recipe, wall_seconds=time.time() - start, epochs_used=used,

@@ -82,7 +82,7 @@ def run_tasks(args, budgets, results=None):
         print(f"== {task}: {budget}", flush=True)
         start = time.time()
         with tempfile.TemporaryDirectory() as out:
-            result = fine_tune(task, args.encoder, out, batch_size=args.batch_size,
+            result = fine_tune(task, out, encoder=args.encoder, batch_size=args.batch_size,
                                learning_rate=args.learning_rate, seed=args.seed, verbose=2, **budget)
         result["wall_seconds"] = time.time() - start
         result["examples_seen"] = result["train_examples"] * budget["epochs"]

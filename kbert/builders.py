@@ -14,21 +14,44 @@ from kbert.models.tagger import Tagger
 from kbert.preprocessing.preprocessor import Preprocessor
 
 
-def build_encoder_and_preprocessor(
-    encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout=None
-):
+# The arguments with which every builder resolves its encoder and preprocessor,
+# documented once: each builder's docstring holds the line `{encoder arguments}`.
+_ENCODER_ARGUMENTS_DOC = """encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
+            freshly initialised, a pretrained checkpoint (folder or name, e.g.
+            `"bert-base-uncased"`, see `kbert.load_pretrained`), a
+            `kbert.Encoder`, a keras-hub `BertBackbone` or `AlbertBackbone`,
+            or a `.keras` file or `kbert pretrain` run folder (every form:
+            `kbert.checkpoints.resolve_encoder`).
+        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
+            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
+        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
+        **encoder_options: `lowercase` (whether the vocabulary is uncased;
+            default True), `dtype` (the preset encoder's dtype policy, e.g.
+            `"mixed_bfloat16"`), and overrides of the preset, e.g.
+            `num_layers=3`."""
+
+
+def _with_encoder_arguments(builder):
+    builder.__doc__ = builder.__doc__.replace("{encoder arguments}", _ENCODER_ARGUMENTS_DOC)
+    return builder
+
+
+def build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_length, encoder_options, dropout=None):
     """Resolves `encoder` (any form `kbert.checkpoints.resolve_encoder` takes) and its preprocessor.
 
     A preset name is a fresh encoder of `vocabulary`'s tokens; a checkpoint
     (a folder or a name `kbert.load_pretrained` knows: Hugging Face and
     keras-hub names too) brings its own vocabulary and casing; a keras-hub
     (or keras-nlp) `BertBackbone` or `AlbertBackbone` becomes a
-    `kbert.Encoder` with its weights. `dropout`, the task head's rate, is
+    `kbert.Encoder` with its weights. `encoder_options` holds `lowercase`,
+    `dtype` and the preset's overrides. `dropout`, the task head's rate, is
     also the rate inside an encoder named by a string (preset, checkpoint,
-    `.keras` file), unless `encoder_kwargs` sets its own (BERT uses one rate
-    throughout).
+    `.keras` file), unless `encoder_options` sets its own (BERT uses one
+    rate throughout).
     """
-    encoder_kwargs = dict(encoder_kwargs)
+    encoder_kwargs = dict(encoder_options)
+    lowercase = encoder_kwargs.pop("lowercase", True)
+    dtype = encoder_kwargs.pop("dtype", None)
     if dropout is not None and isinstance(encoder, str):
         encoder_kwargs.setdefault("dropout", dropout)
     if preprocessor is not None:
@@ -42,42 +65,21 @@ def build_encoder_and_preprocessor(
     return encoder, preprocessor
 
 
-def classifier(
-    encoder="base",
-    num_classes=2,
-    vocabulary=None,
-    sequence_length=128,
-    preprocessor=None,
-    lowercase=True,
-    dropout=0.1,
-    class_names=None,
-    dtype=None,
-    problem_type="single_label",
-    **encoder_kwargs,
-):
+@_with_encoder_arguments
+def classifier(encoder="base", num_classes=2, vocabulary=None, sequence_length=128, preprocessor=None, dropout=0.1,
+               class_names=None, problem_type="single_label", **encoder_options):
     """A text or text-pair classifier (or multi-label classifier, or regressor) that fits on raw strings.
 
     Args:
-        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint (folder or name, e.g.
-            `"bert-base-uncased"`, see `kbert.load_pretrained`), a
-            `kbert.Encoder`, a keras-hub `BertBackbone` or `AlbertBackbone`,
-            or a `.keras` file or `kbert pretrain` run folder (every form:
-            `kbert.checkpoints.resolve_encoder`).
+        {encoder arguments}
         num_classes: number of classes.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
-            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per example after packing; longer texts are
             truncated.
-        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
-        lowercase: whether the vocabulary is uncased.
         dropout: dropout before the output layer, and in a preset encoder.
         class_names: optional names of the classes, in id order.
-        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         problem_type: `"single_label"` (one class of `num_classes`),
             `"multi_label"` (any of `num_classes` labels, a sigmoid each) or
             `"regression"` (a score: `num_classes=1`).
-        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
 
     Returns:
         A compiled `kbert.Classifier`: `fit(texts, labels)` or
@@ -89,52 +91,27 @@ def classifier(
     >>> clf.predict(["free prize"], verbose=0).shape
     (1, 2)
     """
-    encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout
-    )
-    return Classifier(
-        encoder,
-        num_classes=num_classes,
-        preprocessor=preprocessor,
-        dropout=dropout,
-        class_names=class_names,
-        problem_type=problem_type,
-    )
+    encoder, preprocessor = build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_length,
+                                                           encoder_options, dropout)
+    return Classifier(encoder, num_classes=num_classes, preprocessor=preprocessor, dropout=dropout,
+                      class_names=class_names, problem_type=problem_type)
 
 
-def question_answerer(
-    encoder="base",
-    vocabulary=None,
-    sequence_length=384,
-    doc_stride=128,
-    max_question_length=64,
-    preprocessor=None,
-    lowercase=True,
-    dtype=None,
-    max_answer_length=15,
-    n_best=20,
-    null_score_threshold=None,
-    **encoder_kwargs,
-):
+@_with_encoder_arguments
+def question_answerer(encoder="base", vocabulary=None, sequence_length=384, doc_stride=128, max_question_length=64,
+                      preprocessor=None, max_answer_length=15, n_best=20, null_score_threshold=None,
+                      **encoder_options):
     """An extractive question answerer (SQuAD) that fits on raw questions and contexts.
 
     Args:
-        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
-            or a keras-hub `BertBackbone` or `AlbertBackbone`.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
-            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
+        {encoder arguments}
         sequence_length: tokens per window, `[CLS] question [SEP] context [SEP]`.
         doc_stride: tokens between the starts of a long context's windows.
         max_question_length: question tokens kept; the rest are cut.
-        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
-        lowercase: whether the vocabulary is uncased.
-        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         max_answer_length: the longest answer, in tokens.
         n_best: candidate answers kept per question.
         null_score_threshold: None to always answer (SQuAD v1.1), or the
             margin by which "no answer" must beat the best span (v2.0).
-        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
 
     Returns:
         A compiled `kbert.QuestionAnswerer`: `fit(kbert.data.load_squad())`
@@ -147,49 +124,27 @@ def question_answerer(
     >>> sorted(qa.answer(question="where is the cat?", context="the cat is on the mat."))
     ['end', 'score', 'start', 'text']
     """
-    encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
-    )
-    return QuestionAnswerer(
-        encoder,
-        preprocessor=preprocessor,
-        doc_stride=doc_stride,
-        max_question_length=max_question_length,
-        max_answer_length=max_answer_length,
-        n_best=n_best,
-        null_score_threshold=null_score_threshold,
-    )
+    encoder, preprocessor = build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_length,
+                                                           encoder_options)
+    return QuestionAnswerer(encoder, preprocessor=preprocessor, doc_stride=doc_stride,
+                            max_question_length=max_question_length, max_answer_length=max_answer_length,
+                            n_best=n_best, null_score_threshold=null_score_threshold)
 
 
-def tagger(
-    encoder="base",
-    labels=None,
-    vocabulary=None,
-    sequence_length=128,
-    preprocessor=None,
-    lowercase=True,
-    dropout=0.1,
-    dtype=None,
-    **encoder_kwargs,
-):
+@_with_encoder_arguments
+def tagger(encoder="base", labels=None, vocabulary=None, sequence_length=128, preprocessor=None, dropout=0.1,
+           **encoder_options):
     """A word tagger (named entities, parts of speech) that fits on lists of words.
 
+    Names are easier to find with a cased vocabulary (`lowercase=False`).
+
     Args:
-        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
-            or a keras-hub `BertBackbone` or `AlbertBackbone`.
+        {encoder arguments}
         labels: the tag strings, in id order, e.g.
             `kbert.data.CONLL2003_LABELS`.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
-            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per window; a longer sentence is split into
             several windows between words, and no word is lost.
-        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
-        lowercase: whether the vocabulary is uncased (names are easier to
-            find with a cased one: `lowercase=False`).
         dropout: dropout before the output layer, and in a preset encoder.
-        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
-        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
 
     Returns:
         A compiled `kbert.Tagger`: `fit(sentences, tags)` works as is, and
@@ -207,39 +162,22 @@ def tagger(
     """
     if labels is None:
         raise ValueError("Give the tag `labels`, e.g. kbert.data.CONLL2003_LABELS.")
-    encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout
-    )
+    encoder, preprocessor = build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_length,
+                                                           encoder_options, dropout)
     return Tagger(encoder, labels=labels, preprocessor=preprocessor, dropout=dropout)
 
 
-def multiple_choice(
-    encoder="base",
-    num_choices=4,
-    vocabulary=None,
-    sequence_length=128,
-    preprocessor=None,
-    lowercase=True,
-    dropout=0.1,
-    dtype=None,
-    **encoder_kwargs,
-):
+@_with_encoder_arguments
+def multiple_choice(encoder="base", num_choices=4, vocabulary=None, sequence_length=128, preprocessor=None,
+                    dropout=0.1, **encoder_options):
     """A multiple-choice model (SWAG-style) that fits on raw contexts and choices.
 
     Args:
-        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`,
-            or a keras-hub `BertBackbone` or `AlbertBackbone`.
+        {encoder arguments}
         num_choices: choices per question, the same for all.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
-            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
         sequence_length: tokens per packed `[CLS] context [SEP] choice [SEP]`;
             the longer text is cut first.
-        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
-        lowercase: whether the vocabulary is uncased.
         dropout: dropout before the scoring layer, and in a preset encoder.
-        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
-        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
 
     Returns:
         A compiled `kbert.MultipleChoice`: `fit((contexts, choices), labels)`
@@ -251,42 +189,24 @@ def multiple_choice(
     >>> mc.choose((["she opened"], [["the door", "he sat down"]])).shape
     (1,)
     """
-    encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs, dropout
-    )
+    encoder, preprocessor = build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_length,
+                                                           encoder_options, dropout)
     return MultipleChoice(encoder, num_choices=num_choices, preprocessor=preprocessor, dropout=dropout)
 
 
-def embedder(
-    encoder="base",
-    vocabulary=None,
-    pooling="mean",
-    normalize=False,
-    sequence_length=128,
-    preprocessor=None,
-    lowercase=True,
-    dtype=None,
-    feature_layers=(-1,),
-    **encoder_kwargs,
-):
+@_with_encoder_arguments
+def embedder(encoder="base", vocabulary=None, pooling="mean", normalize=False, sequence_length=128,
+             preprocessor=None, feature_layers=(-1,), **encoder_options):
     """Sentence embeddings and token features from an encoder, on raw text; no training.
 
     Args:
-        encoder: a preset name (`"tiny"` ... `"large"`, see `kbert.PRESETS`),
-            freshly initialised, a pretrained checkpoint, a `kbert.Encoder`
-            (e.g. pretrained or fine-tuned), or a keras-hub `BertBackbone` or `AlbertBackbone`.
-        vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
-            a SentencePiece model (`spiece.model` path) or a ready tokenizer.
+        {encoder arguments}
         pooling: `"mean"` (average of the token vectors, padding excluded),
             `"cls"` (the `[CLS]` vector) or `"pooled"` (the tanh pooler's).
         normalize: scale sentence embeddings to unit L2 norm.
         sequence_length: tokens per packed text; longer texts are truncated.
-        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
-        lowercase: whether the vocabulary is uncased.
-        dtype: the preset encoder's dtype policy, e.g. `"mixed_bfloat16"`.
         feature_layers: the Transformer blocks whose outputs are concatenated
             into `token_features`, e.g. `(-4, -3, -2, -1)`.
-        **encoder_kwargs: overrides of the preset, e.g. `num_layers=3`.
 
     Returns:
         A `kbert.Embedder`: `embed(texts)` gives one vector per text, and
@@ -299,16 +219,10 @@ def embedder(
     >>> embedder.embed(["the cat sat"]).shape
     (1, 128)
     """
-    encoder, preprocessor = build_encoder_and_preprocessor(
-        encoder, vocabulary, preprocessor, sequence_length, lowercase, dtype, encoder_kwargs
-    )
-    return Embedder(
-        encoder,
-        preprocessor=preprocessor,
-        pooling=pooling,
-        normalize=normalize,
-        feature_layers=feature_layers,
-    )
+    encoder, preprocessor = build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_length,
+                                                           encoder_options)
+    return Embedder(encoder, preprocessor=preprocessor, pooling=pooling, normalize=normalize,
+                    feature_layers=feature_layers)
 
 
 # The registry of task models: entry point names as `kbert train` recipes and users know them.

@@ -24,7 +24,8 @@ from kbert.checkpoints.checkpoint_files import (
     read_json,
     shown_value,
 )
-from kbert.io.safe_loading import claim_keys, encoder_claim, h5_weight_count
+from kbert.io.safe_loading import claim_keys, encoder_claim
+from kbert.io.weights_file_sizes import h5_weight_count
 from kbert.models.encoder import Encoder
 from kbert.models.keras_hub_encoders import backbone_from_encoder, encoder_from_backbone
 

@@ -126,16 +126,11 @@ def _check_prune(args):
 
 def _distill(args):
     from kbert.runs.compression import distill_task
+    from kbert.runs.distillation_settings import DistillationSettings
 
+    settings = DistillationSettings.from_flags(args, verbose=verbosity(args))  # checked before the folder
     start_run_folder(args, args.teacher, args.student, args.unlabeled, *(args.general_corpus or ()))
-    result = distill_task(
-        task_or_files(args), args.teacher, args.out, student=args.student, unlabeled=args.unlabeled,
-        transfer_examples=args.transfer_examples, general_corpus=args.general_corpus,
-        general_steps=args.general_steps, layerwise_epochs=args.layerwise_epochs,
-        temperature=args.temperature, alpha=args.alpha, epochs=args.epochs,
-        batch_size=args.batch_size, learning_rate=args.learning_rate, max_examples=args.max_examples,
-        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),
-    )
+    result = distill_task(task_or_files(args), args.teacher, args.out, settings)
     print_metrics(result)
     print(f"  parameters       {result['parameters']:,} (teacher {result['teacher_parameters']:,})")
     print_saved(args.out)
@@ -143,14 +138,11 @@ def _distill(args):
 
 def _prune(args):
     from kbert.runs.compression import prune_task
+    from kbert.runs.pruning_settings import PruningSettings
 
+    settings = PruningSettings.from_flags(args, verbose=verbosity(args))  # checked before the folder
     start_run_folder(args, args.model)
-    result = prune_task(
-        task_or_files(args), args.model, args.out, sparsity=args.sparsity, heads=args.heads, scope=args.scope,
-        rewind=args.rewind, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, max_examples=args.max_examples,
-        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),
-    )
+    result = prune_task(task_or_files(args), args.model, args.out, settings)
     print_metrics(result)
     report = result["sparsity"]
     print(f"  parameters       {result['parameters']:,} (before {result['parameters_before']:,})")

@@ -172,10 +172,14 @@ MAX_LINE = 1000
 
 
 def one_line(error):
-    """An error (or warning) as the one line a command prints: an OS error as `file: reason`."""
+    """An error (or warning) as the one line a command prints: an OS error as `file: reason`, a setting as its flag."""
+    from kbert.runs.run_settings import SettingError
+
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     if isinstance(error, OSError) and error.filename and error.strerror:
         message = f"{error.filename}: {error.strerror}"
+    if isinstance(error, SettingError):
+        message = error.said_as_flags()
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(message).splitlines()]
     lines = [line for line in lines if line]
     if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):

@@ -19,17 +19,14 @@ from kbert.cli.arguments import (
     verbosity,
 )
 
-# Sentences whose [MASK] guesses `kbert pretrain` shows in TensorBoard's Text tab.
-
-
-PRETRAIN_FILL_MASK_SENTENCES = (
-    "paris is the [MASK] of france .",
-    "he went to the [MASK] to buy some bread .",
-    "she was very [MASK] to see him again .",
-)
-
-
 def add_commands(commands):
+    _add_vocabulary(commands)
+    _add_pretrain(commands)
+    _add_prepare_pretraining(commands)
+    _add_fill_mask(commands)
+
+
+def _add_vocabulary(commands):
     vocabulary = add_command(commands, "vocabulary", "learn a WordPiece vocabulary from text files", _vocabulary,
                              check=_check_vocabulary, output_folders=folder_of_the_out_file)
     vocabulary.add_argument("files", nargs="+", help="text files or glob patterns, one text per line")
@@ -38,6 +35,8 @@ def add_commands(commands):
     vocabulary.add_argument("--out", default="vocab.txt", help="the vocab.txt to write")
     vocabulary.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
+
+def _add_pretrain(commands):
     pretrain = add_command(commands, "pretrain", "pretrain BERT or ALBERT (masked LM + NSP or SOP) on raw text "
                                                  "files", _pretrain, check=_check_pretrain, lock=run_folder_lock,
                            interrupted="; run the same command again to resume from the last backup.")
@@ -93,6 +92,8 @@ def add_commands(commands):
     add_strategy_arguments(pretrain)
     add_backend_argument(pretrain)
 
+
+def _add_prepare_pretraining(commands):
     prepare = add_command(commands, "prepare-pretraining", "write a corpus' segment pairs to sharded TFRecords",
                           _prepare_pretraining, check=_check_prepare_pretraining, lock=replaced_output_lock)
     prepare.add_argument("--corpus", action="append", required=True,
@@ -117,6 +118,8 @@ def add_commands(commands):
     prepare.add_argument("--overwrite", action="store_true",
                          help="replace an --out folder that prepare-pretraining wrote")
 
+
+def _add_fill_mask(commands):
     fill_mask = add_command(commands, "fill-mask", "top tokens for each [MASK] in a text", _fill_mask)
     fill_mask.add_argument("model", help="a pretraining run folder, a pretrainer .keras file, or a "
                                          "BERT checkpoint with its masked-LM head (folder or name)")
@@ -163,197 +166,35 @@ def _vocabulary(args):
                          f"got {args.size}.")
     vocabulary = kbert.learn_vocabulary(files=args.files, vocabulary_size=args.size,
                                         lowercase=not args.cased)
-    _write_lines_atomically(args.out, vocabulary)  # never a half-written vocabulary
+    from kbert.runs.pretraining import write_lines_atomically
+
+    write_lines_atomically(args.out, vocabulary)  # never a half-written vocabulary
     print(f"Wrote {len(vocabulary)} tokens to {args.out}")
 
 
-def _read_or_learn_vocabulary(args, out_dir, prepared=None, lowercase=True):
-    """The run's vocabulary: --vocabulary, or the run folder's, or the prepared folder's, or learned from the corpus."""
-    import kbert
-    from kbert.preprocessing.tokenizer import read_vocabulary
-
-    saved = out_dir / "vocab.txt"
-    if args.vocabulary:  # its casing checked here, so that the error names the file
-        return read_vocabulary(args.vocabulary, lowercase=lowercase)
-    if saved.exists():  # a resumed run keeps its vocabulary
-        return read_vocabulary(str(saved), lowercase=lowercase)
-    if prepared is not None:
-        return read_vocabulary(os.path.join(prepared, "vocab.txt"))
-    from kbert.data.documents import corpus_files
-
-    # The files the run reads: a folder's too, as --corpus says.
-    return kbert.learn_vocabulary(files=corpus_files(args.corpus), vocabulary_size=args.vocabulary_size,
-                                  lowercase=not args.cased)
-
-
-def _write_lines_atomically(path, lines):
-    from kbert.io.atomic_files import write_atomically
-
-    def write(temporary):
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-
-    write_atomically(str(path), write)
-
-
 def _pretrain(args):
-    from pathlib import Path
+    import dataclasses
 
-    import keras
+    from kbert.runs.pretraining import pretrain
+    from kbert.runs.pretraining_run_settings import PretrainingRunSettings
+    from kbert.runs.run_settings import said_as_flags
 
-    import kbert
-    from kbert.backend.distribute import is_chief, write_on_chief
-    from kbert.data.pretraining import prepared_folder, read_metadata
-    from kbert.io.atomic_files import remove_temporary_files
-    from kbert.runs.pretraining_run import SETTINGS_FILE, check_same_run, corpus_identity, read_record, record_run
+    settings = PretrainingRunSettings.from_flags(args, verbose=verbosity(args))
+    names = [field.name for field in dataclasses.fields(settings)]
 
-    out_dir = Path(args.out)
-    # Segment pairs written by `kbert prepare-pretraining`, or text files.
-    prepared = prepared_folder(args.corpus)
-    metadata = read_metadata(prepared) if prepared else None
-    lowercase = metadata["lowercase"] if prepared else not args.cased
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # The chief's alone: another worker may be writing its vocab.txt beside it.
-    own_files = ("pretrainer.keras", "vocab.txt", SETTINGS_FILE)
-    for path in remove_temporary_files(out_dir, own_files) if is_chief() else ():
-        print(f"{out_dir}: removed {path}, a partial file of an earlier run that was interrupted.",
-              file=sys.stderr)
-    # A resume (or a run again) is the same run: checked before anything is read or learned.
-    settings = _run_settings(args, metadata, lowercase)
-    recorded = read_record(str(out_dir)) is not None
-    note = check_same_run(str(out_dir), settings, lambda: corpus_identity(args.corpus, prepared), args.vocabulary)
-    if note:
-        print(f"kbert pretrain: note: {note}", file=sys.stderr, flush=True)
-    kbert.callbacks.BackupAndRestore(str(out_dir / "backup")).peek()  # a broken backup record, refused at once
-    vocabulary = _read_or_learn_vocabulary(args, out_dir, prepared, lowercase)
-    sequence_length = args.sequence_length
-    if sequence_length is None and prepared is None:
-        sequence_length = 128
-    data = kbert.pretraining_dataset(
-        prepared or args.corpus, vocabulary=vocabulary, sequence_length=sequence_length,
-        batch_size=args.batch_size, mask_rate=args.mask_rate, objective=args.objective,
-        whole_word_masking=args.whole_word_masking, max_ngram=args.max_ngram,
-        document_boundary=args.document_boundary, seed=args.seed, lowercase=lowercase,
-    )
-    sequence_length = data.element_spec[0]["token_ids"].shape[1]
-    _say_how_often_examples_repeat(data.num_examples, args.steps_per_epoch, args.batch_size)
-    keras.utils.set_random_seed(args.seed)
-    overrides = {name: getattr(args, name) for name in ("embedding_size", "num_groups", "attention_dropout")
-                 if getattr(args, name) is not None}
-    encoder = kbert.Encoder.from_preset(
-        args.preset, vocabulary_size=len(vocabulary),
-        max_sequence_length=max(512, sequence_length), **overrides,
-    )
-    pretrainer = kbert.Pretrainer(encoder, objective=data.objective)
-    pretrainer.compile(learning_rate=args.learning_rate,
-                       gradient_accumulation_steps=args.gradient_accumulation_steps)
-    # No `.repeat()` for --steps-per-epoch: `Pretrainer.fit` streams the passes
-    # itself, which is what lets a resumed run continue at the exact batch.
-    callbacks = kbert.callbacks.standard(str(out_dir), save_freq=args.backup_every)
-    if not recorded and is_chief():
-        # First, so that its first batch's backup follows the record.
-        callbacks.insert(0, _run_files_writer(out_dir, vocabulary, lambda: record_run(
-            str(out_dir), settings, corpus_identity(args.corpus, prepared))))
-    callbacks.append(kbert.callbacks.FillMaskLogger(
-        str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=lowercase,
-        every=100,
-    ))
-    try:
-        pretrainer.fit(data, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
-                       verbose=verbosity(args))
-    except Exception as error:
-        _name_an_unreadable_shard(error, prepared)
-        raise
-    model_path = out_dir / "pretrainer.keras"
-    write_on_chief(str(model_path), pretrainer.save)  # the other workers' copies are removed
-    print(f"Saved {model_path} (encoder and heads) and {out_dir / 'vocab.txt'}.\n"
-          f"Try: kbert fill-mask {out_dir} \"the king [MASK] the crown.\"")
+    def report(line):
+        line = said_as_flags(line, names)
+        print(f"kbert pretrain: {line}" if line.startswith("note: ") else line, file=sys.stderr, flush=True)
 
-
-def _run_files_writer(out_dir, vocabulary, record):
-    """A callback that writes the run folder's vocab.txt (where missing) and its record once the first batch is trained.
-
-    Not before: a command that fails first (a corpus it cannot read, a
-    backup of an earlier kbert that does not fit this model) leaves the
-    folder as it found it, free for the run it was meant for.
-    """
-    import keras
-
-    written = []
-
-    def write(batch, logs=None):
-        if written:
-            return
-        written.append(True)
-        if not (out_dir / "vocab.txt").exists():
-            _write_lines_atomically(out_dir / "vocab.txt", vocabulary)
-        record()
-
-    return keras.callbacks.LambdaCallback(on_train_batch_end=write)
-
-
-def _name_an_unreadable_shard(error, prepared):
-    """Raises the one line naming the prepared corpus' shard that `error`, a failed read, met (TensorFlow's names none)."""
-    import tensorflow as tf
-
-    if prepared is None or not isinstance(error, tf.errors.OpError):
-        return
-    from kbert.data.prepared_pairs import unreadable_shard
-
-    line = unreadable_shard(prepared)
-    if line is not None:
-        raise ValueError(line) from error
-
-
-def _run_settings(args, metadata, lowercase):
-    """The settings that define this run (`kbert.runs.pretraining_run.DEFINING`), defaults resolved as the run does."""
-    from kbert.data.prepared_pairs import prepared_objective
-    from kbert.data.pretraining_settings import DEFAULT_SEQUENCE_LENGTH
-    from kbert.models.presets import preset_config
-    from kbert.models.pretrainer import default_pretraining_learning_rate
-
-    encoder = preset_config(args.preset)
-    encoder.update({name: getattr(args, name) for name in ("embedding_size", "num_groups", "attention_dropout")
-                    if getattr(args, name) is not None})
-    prepared = metadata is not None
-    return {
-        "preset": args.preset,
-        "embedding_size": encoder.get("embedding_size"),
-        "num_groups": encoder.get("num_groups"),
-        "attention_dropout": encoder.get("attention_dropout"),
-        "objective": args.objective or (prepared_objective(metadata) if prepared else "nsp"),
-        "sequence_length": args.sequence_length or (metadata["sequence_length"] if prepared
-                                                    else DEFAULT_SEQUENCE_LENGTH),
-        "lowercase": bool(lowercase),
-        # Where the run learned its vocabulary; a prepared corpus' is its own.
-        "vocabulary_size": None if prepared or args.vocabulary else args.vocabulary_size,
-        "batch_size": args.batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "epochs": args.epochs,
-        "steps_per_epoch": args.steps_per_epoch,
-        "learning_rate": args.learning_rate or default_pretraining_learning_rate(encoder["hidden_dim"]),
-        "mask_rate": args.mask_rate,
-        "whole_word_masking": bool(args.whole_word_masking),
-        "max_ngram": args.max_ngram,
-        "document_boundary": None if prepared else args.document_boundary,  # a prepared corpus' is its own
-        "seed": args.seed,
-    }
-
-
-def _say_how_often_examples_repeat(examples, steps_per_epoch, batch_size):
-    """One line when --steps-per-epoch reads the corpus' examples more than once an epoch."""
-    if not examples or not steps_per_epoch or steps_per_epoch * batch_size <= examples:
-        return
-    read = steps_per_epoch * batch_size
-    print(f"kbert pretrain: note: the corpus gives {examples:,} examples, and an epoch of "
-          f"--steps-per-epoch {steps_per_epoch} at --batch-size {batch_size} reads {read:,}: each "
-          f"example is read about {read / examples:.1f} times an epoch.", file=sys.stderr, flush=True)
+    pretrain(args.corpus, args.out, settings, report=report)
+    print(f"Saved {os.path.join(args.out, 'pretrainer.keras')} (encoder and heads) and "
+          f"{os.path.join(args.out, 'vocab.txt')}.\nTry: kbert fill-mask {args.out} \"the king [MASK] the crown.\"")
 
 
 def _prepare_pretraining(args):
-    from kbert.data.prepared_pairs import remove_interrupted_preparations
-    from kbert.data.pretraining import prepare_pretraining_data
     from kbert.preprocessing.tokenizer import read_vocabulary
+    from kbert.pretraining.dataset import prepare_pretraining_data
+    from kbert.pretraining.prepared_pairs import remove_interrupted_preparations
 
     for line in remove_interrupted_preparations(args.out):  # under --out's lock: every one left is a dead writer's
         print(line, file=sys.stderr, flush=True)

@@ -176,16 +176,12 @@ def start_run_folder(args, *inputs):
 
 def _train(args):
     from kbert.runs.fine_tuning import fine_tune
+    from kbert.runs.fine_tuning_settings import FineTuningSettings
 
+    settings = FineTuningSettings.from_flags(args, verbose=verbosity(args))  # checked before the folder
     task = task_or_files(args)
     start_run_folder(args, args.encoder, args.vocabulary)
-    result = fine_tune(
-        task, args.encoder, args.out, vocabulary=args.vocabulary, epochs=args.epochs,
-        batch_size=args.batch_size, sequence_length=args.sequence_length,
-        learning_rate=args.learning_rate, max_examples=args.max_examples,
-        max_eval_examples=args.max_eval_examples, seed=args.seed, verbose=verbosity(args),
-        source=args.source, attention_dropout=args.attention_dropout, lowercase=not args.cased,
-    )
+    result = fine_tune(task, args.out, settings)
     print_metrics(result)
     print_saved(args.out)
 

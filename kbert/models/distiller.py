@@ -209,6 +209,9 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
             verbose="auto", shuffle=True, steps_per_epoch=None, initial_epoch=0, **kwargs):
         """Distils the teacher into the student on raw inputs.
 
+        The arguments are `keras.Model.fit`'s that apply to raw inputs (more
+        than ten), with `unlabeled` added.
+
         Args:
             x: the labelled inputs, as the teacher's task takes them (texts,
                 `(texts_a, texts_b)` pairs, `(contexts, choices)`), or None

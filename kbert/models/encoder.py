@@ -7,12 +7,9 @@ import keras_hub
 
 from kbert.backend import LayersBeforeInit
 from kbert.io.atomic_files import SavesAtomically
+from kbert.models.encoder_arguments import check_encoder_arguments, checked_heads_per_layer, layer_block_indices
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.models.presets import preset_config
-
-# The feed-forward activations: BERT's exact (erf) GELU, and the tanh
-# approximation ALBERT v2 checkpoints were trained with ("gelu_new").
-ACTIVATIONS = ("gelu", "gelu_approximate")
 # Config entries with one value per layer: `Encoder.truncated` keeps the
 # values of the layers it keeps.
 PER_LAYER_CONFIG = ("heads_per_layer",)
@@ -82,6 +79,10 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
     - `encoder_outputs`: a list with every block's output, for feature
       extraction.
 
+    The constructor takes the whole configuration, each size its own
+    argument (16 of them, as keras-hub's backbones take theirs): they are
+    what `get_config` round-trips and what checkpoint configs map onto.
+
     Args:
         vocabulary_size: tokens in the vocabulary.
         num_layers: Transformer blocks (L).
@@ -145,64 +146,28 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         attention_dropout = dropout if attention_dropout is None else attention_dropout
         embedding_size = hidden_dim if embedding_size is None else embedding_size
         num_groups = num_layers if num_groups is None else num_groups
-        _check_arguments(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, max_sequence_length,
-                         num_segments, embedding_size, num_groups, num_inner_repetitions, activation, dropout,
-                         attention_dropout)
+        check_encoder_arguments(
+            vocabulary_size=vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+            intermediate_dim=intermediate_dim, max_sequence_length=max_sequence_length, num_segments=num_segments,
+            embedding_size=embedding_size, num_groups=num_groups, num_inner_repetitions=num_inner_repetitions,
+            activation=activation, dropout=dropout, attention_dropout=attention_dropout,
+        )
         shared = num_groups != num_layers or num_inner_repetitions != 1
         if heads_per_layer is not None:
-            heads_per_layer = _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared)
+            heads_per_layer = checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared)
 
         # === Layers ===
-        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
-            input_dim=vocabulary_size,
-            output_dim=embedding_size,
-            embeddings_initializer=bert_initializer(),
-            dtype=dtype,
-            name="token_embedding",
-        )
-        self.position_embedding = keras_hub.layers.PositionEmbedding(
-            sequence_length=max_sequence_length,
-            initializer=bert_initializer(),
-            dtype=dtype,
-            name="position_embedding",
-        )
-        self.segment_embedding = keras.layers.Embedding(
-            input_dim=num_segments,
-            output_dim=embedding_size,
-            embeddings_initializer=bert_initializer(),
-            dtype=dtype,
-            name="segment_embedding",
-        )
-        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
-        )
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
-        self.embedding_projection = None
-        if embedding_size != hidden_dim:
-            self.embedding_projection = keras.layers.Dense(
-                hidden_dim,
-                kernel_initializer=bert_initializer(),
-                dtype=dtype,
-                name="embedding_projection",
-            )
+        self._make_embeddings(vocabulary_size, max_sequence_length, num_segments, embedding_size, hidden_dim,
+                              dropout, dtype)
 
         def block(name, heads=num_heads):
-            settings = dict(
-                intermediate_dim=intermediate_dim,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                activation=_activation(activation),
-                layer_norm_epsilon=1e-12,
-                kernel_initializer=bert_initializer(),
-                normalize_first=False,
-                dtype=dtype,
-                name=name,
-            )
             # Pruned layers keep fewer heads, each of the full encoder's head size.
-            return LeanTransformerEncoder(num_heads=heads, head_dim=hidden_dim // num_heads, **settings)
+            return LeanTransformerEncoder(
+                num_heads=heads, head_dim=hidden_dim // num_heads, intermediate_dim=intermediate_dim,
+                dropout=dropout, attention_dropout=attention_dropout, activation=_activation(activation),
+                layer_norm_epsilon=1e-12, kernel_initializer=bert_initializer(), normalize_first=False,
+                dtype=dtype, name=name,
+            )
 
         # The distinct blocks: one per layer (BERT), or per group and inner
         # repetition (ALBERT), applied in the order `layer_blocks` gives.
@@ -215,13 +180,9 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         else:
             heads = heads_per_layer or [num_heads] * num_layers
             self.transformer_layers = [block(f"transformer_layer_{i}", heads[i]) for i in range(num_layers)]
-        layers_per_group = num_layers // num_groups
         self.layer_blocks = [
-            self.transformer_layers[
-                (i // layers_per_group) * num_inner_repetitions : (i // layers_per_group + 1)
-                * num_inner_repetitions
-            ]
-            for i in range(num_layers)
+            [self.transformer_layers[i] for i in indices]
+            for indices in layer_block_indices(num_layers, num_groups, num_inner_repetitions)
         ]
         self.pooler_dense = keras.layers.Dense(
             hidden_dim,
@@ -272,6 +233,45 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         self.num_inner_repetitions = num_inner_repetitions
         self.activation = activation
         self.heads_per_layer = heads_per_layer
+
+    def _make_embeddings(self, vocabulary_size, max_sequence_length, num_segments, embedding_size, hidden_dim,
+                         dropout, dtype):
+        """The embedding layers: token, position and segment tables, their sum's norm and dropout, a projection."""
+        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
+            input_dim=vocabulary_size,
+            output_dim=embedding_size,
+            embeddings_initializer=bert_initializer(),
+            dtype=dtype,
+            name="token_embedding",
+        )
+        self.position_embedding = keras_hub.layers.PositionEmbedding(
+            sequence_length=max_sequence_length,
+            initializer=bert_initializer(),
+            dtype=dtype,
+            name="position_embedding",
+        )
+        self.segment_embedding = keras.layers.Embedding(
+            input_dim=num_segments,
+            output_dim=embedding_size,
+            embeddings_initializer=bert_initializer(),
+            dtype=dtype,
+            name="segment_embedding",
+        )
+        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        self.embedding_projection = None
+        if embedding_size != hidden_dim:
+            self.embedding_projection = keras.layers.Dense(
+                hidden_dim,
+                kernel_initializer=bert_initializer(),
+                dtype=dtype,
+                name="embedding_projection",
+            )
 
     @property
     def is_head_pruned(self):
@@ -429,61 +429,3 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
-
-
-def _check_arguments(vocabulary_size, num_layers, hidden_dim, num_heads, intermediate_dim, max_sequence_length,
-                     num_segments, embedding_size, num_groups, num_inner_repetitions, activation, dropout,
-                     attention_dropout):
-    """Raises a ValueError naming the first `Encoder` argument out of its range."""
-    for name, value in [
-        ("vocabulary_size", vocabulary_size),
-        ("num_layers", num_layers),
-        ("hidden_dim", hidden_dim),
-        ("num_heads", num_heads),
-        ("intermediate_dim", intermediate_dim),
-        ("max_sequence_length", max_sequence_length),
-        ("num_segments", num_segments),
-        ("embedding_size", embedding_size),
-        ("num_groups", num_groups),
-        ("num_inner_repetitions", num_inner_repetitions),
-    ]:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-    if num_layers % num_groups:
-        raise ValueError(
-            f"`num_groups` ({num_groups}) must divide `num_layers` ({num_layers}): each group "
-            "is an equal run of layers."
-        )
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"`activation` must be one of {ACTIVATIONS}, got {activation!r}.")
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
-        )
-    for name, rate in [("dropout", dropout), ("attention_dropout", attention_dropout)]:
-        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 <= rate < 1:
-            raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
-
-
-def _checked_heads_per_layer(heads_per_layer, num_layers, num_heads, shared):
-    """`heads_per_layer` as a list of ints, or a clear error naming what is wrong."""
-    if shared:
-        raise ValueError(
-            "`heads_per_layer` is not supported with shared layers (ALBERT's `num_groups` or "
-            "`num_inner_repetitions`): the layers of a group share one attention layer."
-        )
-    if isinstance(heads_per_layer, (str, bytes)) or not hasattr(heads_per_layer, "__len__"):
-        raise ValueError(f"`heads_per_layer` must be a list of {num_layers} integers, got {heads_per_layer!r}.")
-    if len(heads_per_layer) != num_layers:
-        raise ValueError(
-            f"`heads_per_layer` must give one head count per layer ({num_layers}), got "
-            f"{len(heads_per_layer)}: {list(heads_per_layer)}."
-        )
-    for layer, heads in enumerate(heads_per_layer):
-        if isinstance(heads, bool) or not isinstance(heads, numbers.Real) or int(heads) != heads \
-                or not 1 <= heads <= num_heads:
-            raise ValueError(
-                f"`heads_per_layer[{layer}]` must be an integer from 1 to `num_heads` ({num_heads}), "
-                f"got {heads!r}."
-            )
-    return [int(heads) for heads in heads_per_layer]

@@ -37,6 +37,10 @@ class LeanTransformerEncoder(keras.layers.Layer):
     keys and values and attention through the backend's fused kernel
     (cuDNN's on a JAX GPU, `scaled_dot_product_attention` on PyTorch).
 
+    Its arguments are those of keras-hub's `TransformerEncoder` that BERT
+    uses (more than ten), so that `.keras` files written when the block was
+    keras-hub's load into it.
+
     Args:
         intermediate_dim: width of the feed-forward layer.
         num_heads: attention heads.

@@ -49,6 +49,9 @@ def encoder_parameter_count(
 ):
     """Weights of an encoder of these arguments, counted from its shapes (pooler included).
 
+    It takes the `kbert.Encoder`'s size arguments (more than ten), so that
+    `encoder_parameter_count(**encoder.get_config())` counts an encoder.
+
     With `heads_per_layer` (a head-pruned encoder) `num_heads` is needed too:
     a layer with k heads has attention projections k / `num_heads` as wide.
     """

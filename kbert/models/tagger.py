@@ -170,7 +170,7 @@ class Tagger(TaskModel):
             The dict of `kbert.metrics.entity_scores`: micro-averaged `precision`,
             `recall`, `f1`, counts, and `per_type` scores.
         """
-        from kbert.preprocessing.tagger_preprocessor import as_sentences
+        from kbert.preprocessing.tagger_words import as_sentences
 
         sentences = as_sentences(sentences)
         tag_ids = self._raw_input_preprocessor().tag_ids(tags, [len(s) for s in sentences])
@@ -183,7 +183,7 @@ class Tagger(TaskModel):
         """Ragged batches of words to predict on."""
         import tensorflow as tf
 
-        from kbert.preprocessing.tagger_preprocessor import as_ragged, as_sentences, batched_sentences, ragged_rows
+        from kbert.preprocessing.tagger_words import as_ragged, as_sentences, batched_sentences, ragged_rows
 
         if is_tf_dataset(x):
             dataset = batched_sentences(x, batch_size)

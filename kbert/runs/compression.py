@@ -8,22 +8,23 @@ writes a run folder as `kbert train` does: `model.keras` and `metrics.json`
 own scalar).
 """
 
+import dataclasses
 import os
 import time
 
 import numpy as np
 
 from kbert.io.atomic_files import json_text, write_text
+from kbert.runs.distillation_settings import DistillationSettings
 from kbert.runs.fine_tuning import evaluate_task, load_split, recipe, sample_examples
 from kbert.runs.outputs import clean_run_folder, write_run
+from kbert.runs.pruning_settings import PruningSettings
+from kbert.runs.run_settings import SettingError
 
 STUDENT_LAYERS_PREFIX = "layers:"
 
 
-def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_examples=0,
-                 general_corpus=None, general_steps=0, layerwise_epochs=0, temperature=2.0,
-                 alpha=0.5, epochs=3, batch_size=32, learning_rate=None, max_examples=None,
-                 max_eval_examples=None, seed=0, verbose=1):
+def distill_task(task, teacher, out, settings=None, **options):
     """Distils a fine-tuned classifier into a smaller student, evaluates it, and writes a run folder.
 
     The stages, each optional but the last (TinyBERT's order):
@@ -39,29 +40,13 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
        dropped.
 
     Args:
-        task: a classification task of `kbert.runs.fine_tuning.RECIPES`.
+        task: a classification task of `kbert.runs.fine_tuning.RECIPES`, or
+            a user's files.
         teacher: the fine-tuned teacher, a `kbert.Classifier` or the path of
             its `.keras` file.
         out: the run folder to write.
-        student: a preset name (e.g. `"mini"`), `"layers:0,2,4"` for a copy
-            of the teacher's layers 0, 2 and 4 (DistilBERT's
-            initialisation), or any encoder that
-            `kbert.checkpoints.resolve_encoder` takes: a `.keras` file of an
-            encoder (or of a model that has one), a `kbert.Encoder`, a
-            checkpoint.
-        unlabeled: texts for the transfer set (a list, or a text file with
-            one text per line).
-        transfer_examples: training examples outside the labelled subset
-            added to the transfer set without their labels.
-        general_corpus: text files or glob patterns of raw text.
-        general_steps: steps of general distillation on `general_corpus`.
-        layerwise_epochs: epochs of layer-wise distillation on the task's texts.
-        temperature, alpha: the task distillation's (see `kbert.Distiller`).
-        epochs, batch_size, learning_rate: of task distillation.
-        max_examples: the labelled subset's size (seeded); default all.
-        max_eval_examples: evaluate on the first this many examples.
-        seed: fixes the subsets, order and initial weights.
-        verbose: Keras' verbosity.
+        settings: a `DistillationSettings`; or its fields as keyword
+            `options` (`student="layers:0,2"`, `epochs=1`, ...).
 
     Returns:
         The dict written to `metrics.json`.
@@ -70,6 +55,7 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
 
     import kbert
 
+    settings = DistillationSettings.from_arguments(settings, **options)
     name, info = recipe(task)
     if info.builder != "classifier":
         raise ValueError(f"`kbert distill` distils classifiers; {name!r} is a {info.builder} task.")
@@ -80,57 +66,50 @@ def distill_task(task, teacher, out, student="mini", unlabeled=None, transfer_ex
         raise ValueError(f"The teacher must be a kbert.Classifier, got {type(teacher).__name__}.")
     task = classes_of_the_model(task, teacher)
     _start_run(out)
-    settings = {"task": name, **_data_settings(task), "teacher": teacher_path, "student": str(student),
-                "transfer_examples": transfer_examples, "general_steps": general_steps,
-                "layerwise_epochs": layerwise_epochs, "temperature": temperature, "alpha": alpha,
-                "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-                "max_examples": max_examples, "seed": seed}
-    keras.utils.set_random_seed(seed)
+    record = {"task": name, **_data_settings(task), "teacher": teacher_path, **_record(settings)}
+    keras.utils.set_random_seed(settings.seed)
     all_x, all_y = load_split(task, info.splits[0])
-    x, y = sample_examples(all_x, all_y, max_examples, seed)
-    transfer = _transfer_set(all_x, len(all_y), max_examples, transfer_examples, unlabeled, seed)
+    x, y = sample_examples(all_x, all_y, settings.max_examples, settings.seed)
+    transfer = _transfer_set(all_x, len(all_y), settings.max_examples, settings.transfer_examples,
+                             settings.unlabeled, settings.seed)
     log_dir = os.path.join(out, "tensorboard")
-    encoder = student_encoder(student, teacher, seed)
+    encoder = student_encoder(settings.student, teacher, settings.seed)
     transfer_count = len(transfer[0]) if isinstance(transfer, tuple) else len(transfer)
     budget = {"labelled_examples": len(y), "transfer_examples": transfer_count}
     start = time.time()
-    if general_steps:
-        if not general_corpus:
-            raise ValueError("General distillation needs raw text: give --general-corpus files.")
-        from kbert.data.documents import corpus_files
+    if settings.general_steps:
+        from kbert.pretraining.documents import corpus_files
 
-        texts = read_text_lines(corpus_files(general_corpus))
-        encoder = _layerwise(teacher, encoder, texts, batch_size, os.path.join(log_dir, "general"),
-                             verbose, steps=general_steps)
+        texts = read_text_lines(corpus_files(settings.general_corpus))
+        encoder = _layerwise(teacher, encoder, texts, settings, os.path.join(log_dir, "general"),
+                             steps=settings.general_steps)
         budget["general_texts"] = len(texts)
-    if layerwise_epochs:
+    if settings.layerwise_epochs:
         texts = tuple(a + b for a, b in zip(x, transfer)) if isinstance(x, tuple) else list(x) + transfer
-        encoder = _layerwise(teacher, encoder, texts, batch_size,
-                             os.path.join(log_dir, "layerwise"), verbose, epochs=layerwise_epochs)
-    distiller = kbert.Distiller(teacher, encoder, temperature=temperature, alpha=alpha)
-    distiller.compile(learning_rate=learning_rate)
-    validation = sample_examples(*load_split(task, info.fit_validation_split), max_eval_examples)
+        encoder = _layerwise(teacher, encoder, texts, settings, os.path.join(log_dir, "layerwise"),
+                             epochs=settings.layerwise_epochs)
+    distiller = kbert.Distiller(teacher, encoder, temperature=settings.temperature, alpha=settings.alpha)
+    distiller.compile(learning_rate=settings.learning_rate)
+    validation = sample_examples(*load_split(task, info.fit_validation_split), settings.max_eval_examples)
     history = distiller.fit(
-        x, y, unlabeled=transfer if transfer_count else None, epochs=epochs, batch_size=batch_size,
-        verbose=verbose, validation_data=validation,
+        x, y, unlabeled=transfer if transfer_count else None, epochs=settings.epochs,
+        batch_size=settings.batch_size, verbose=settings.verbose, validation_data=validation,
         callbacks=[kbert.callbacks.TensorBoard(log_dir=os.path.join(log_dir, "distill"), update_freq=50)],
     )
     seconds = time.time() - start
     model = distiller.student
-    return _write_run(out, model, task, max_eval_examples, batch_size, lambda metrics: {
+    return _write_run(out, model, task, settings, lambda metrics: {
         **metrics,
         "parameters": model.count_params(),
         "teacher_parameters": teacher.count_params(),
         "train_seconds": seconds,
         "final_train_loss": float(history.history["loss"][-1]),
         "budget": budget,
-        "settings": settings,
+        "settings": record,
     })
 
 
-def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=False, epochs=1,
-               batch_size=32, learning_rate=2e-5, max_examples=None, max_eval_examples=None,
-               importance_examples=2000, seed=0, verbose=1):
+def prune_task(task, model, out, settings=None, **options):
     """Prunes a fine-tuned task model while it trains on the task further, evaluates it, writes a run folder.
 
     Attention heads go first (`heads`: the share of all heads removed, least
@@ -140,48 +119,59 @@ def prune_task(task, model, out, sparsity=0.0, heads=0.0, scope="layer", rewind=
     zero by magnitude on Zhu and Gupta's schedule during the `epochs` of
     training, `kbert.MagnitudePruning`). `metrics.json` holds the
     evaluation and the sparsity report (`kbert.compression.sparsity`).
+
+    Args:
+        task: a named data set of `kbert.runs.fine_tuning.RECIPES`, or a
+            user's files.
+        model: the fine-tuned task model, or the path of its `.keras` file.
+        out: the run folder to write.
+        settings: a `PruningSettings`; or its fields as keyword `options`.
     """
     import keras
 
     import kbert
 
+    settings = PruningSettings.from_arguments(settings, **options)
     name, info = recipe(task)
     model_path = model if isinstance(model, str) else None
     if model_path is not None:
         model = kbert.load_model(model_path)
     task = classes_of_the_model(task, model)
-    if not 0 <= heads < 1:
-        raise ValueError(f"`heads` is the share of heads to remove, in [0, 1); got {heads}.")
-    if not sparsity and not heads:
-        raise ValueError("Nothing to prune: give a weight sparsity, a share of heads, or both.")
     _start_run(out)
-    settings = {"task": name, **_data_settings(task), "model": model_path, "sparsity": sparsity, "heads": heads,
-                "scope": scope, "rewind": rewind, "epochs": epochs, "batch_size": batch_size,
-                "learning_rate": learning_rate, "max_examples": max_examples, "seed": seed}
-    keras.utils.set_random_seed(seed)
-    x, y = sample_examples(*load_split(task, info.splits[0]), max_examples, seed)
+    record = {"task": name, **_data_settings(task), "model": model_path, **_record(settings)}
+    keras.utils.set_random_seed(settings.seed)
+    x, y = sample_examples(*load_split(task, info.splits[0]), settings.max_examples, settings.seed)
     parameters_before = model.count_params()
     start = time.time()
-    if heads:
-        sample_x, sample_y = sample_examples(x, y, importance_examples, seed)
-        importance = kbert.compression.head_importance(model, sample_x, sample_y, batch_size=batch_size)
-        model = kbert.prune_heads(model, fraction=heads, importance=importance)
+    if settings.heads:
+        sample_x, sample_y = sample_examples(x, y, settings.importance_examples, settings.seed)
+        importance = kbert.compression.head_importance(model, sample_x, sample_y, batch_size=settings.batch_size)
+        model = kbert.prune_heads(model, fraction=settings.heads, importance=importance)
     callbacks = [kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50)]
-    if sparsity:
-        callbacks.append(kbert.MagnitudePruning(sparsity, scope=scope, rewind=rewind))
-    model.compile(learning_rate=learning_rate)
-    validation = sample_examples(*load_split(task, info.fit_validation_split), max_eval_examples)
-    model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=verbose, validation_data=validation,
-              callbacks=callbacks)
+    if settings.sparsity:
+        callbacks.append(kbert.MagnitudePruning(settings.sparsity, scope=settings.scope, rewind=settings.rewind))
+    model.compile(learning_rate=settings.learning_rate)
+    validation = sample_examples(*load_split(task, info.fit_validation_split), settings.max_eval_examples)
+    model.fit(x, y, epochs=settings.epochs, batch_size=settings.batch_size, verbose=settings.verbose,
+              validation_data=validation, callbacks=callbacks)
     seconds = time.time() - start
-    return _write_run(out, model, task, max_eval_examples, batch_size, lambda metrics: {
+    return _write_run(out, model, task, settings, lambda metrics: {
         **metrics,
         "parameters_before": parameters_before,
         "parameters": model.count_params(),
         "sparsity": kbert.compression.sparsity(model),
         "train_seconds": seconds,
-        "settings": settings,
+        "settings": record,
     })
+
+
+def _record(settings):
+    """A run's settings for metrics.json: each field, an encoder object named, without Keras' verbosity."""
+    record = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)
+              if field.name not in ("verbose", "max_eval_examples", "unlabeled", "general_corpus")}
+    if "student" in record:
+        record["student"] = str(record["student"])
+    return record
 
 
 def student_encoder(student, teacher, seed=0):
@@ -235,13 +225,13 @@ def _transfer_set(all_x, size, max_examples, count, unlabeled, seed):
     transfer = tuple([part[i] for i in chosen] for part in all_x) if pairs else [all_x[i] for i in chosen]
     if unlabeled is not None:
         if pairs:
-            raise ValueError("--unlabeled reads one text per line: it cannot add text pairs; use "
-                             "--transfer-examples for a task of pairs.")
+            raise SettingError("`unlabeled` reads one text per line: it cannot add text pairs; use "
+                               "`transfer_examples` for a task of pairs.", ["unlabeled", "transfer_examples"])
         transfer += read_text_lines([unlabeled]) if isinstance(unlabeled, str) else list(unlabeled)
     return transfer
 
 
-def _layerwise(teacher, student, texts, batch_size, log_dir, verbose, steps=None, epochs=1):
+def _layerwise(teacher, student, texts, settings, log_dir, steps=None, epochs=1):
     import kbert
 
     distiller = kbert.LayerwiseDistiller(teacher, student)
@@ -251,10 +241,11 @@ def _layerwise(teacher, student, texts, batch_size, log_dir, verbose, steps=None
         import tensorflow as tf
 
         data = tf.data.Dataset.from_tensor_slices(texts).shuffle(len(texts)).repeat()
-        distiller.fit(data, batch_size=batch_size, epochs=1, steps_per_epoch=steps,
-                      callbacks=callbacks, verbose=verbose)
+        distiller.fit(data, batch_size=settings.batch_size, epochs=1, steps_per_epoch=steps,
+                      callbacks=callbacks, verbose=settings.verbose)
     else:
-        distiller.fit(texts, batch_size=batch_size, epochs=epochs, callbacks=callbacks, verbose=verbose)
+        distiller.fit(texts, batch_size=settings.batch_size, epochs=epochs, callbacks=callbacks,
+                      verbose=settings.verbose)
     return distiller.student
 
 
@@ -279,13 +270,13 @@ def _start_run(out):
     clean_run_folder(out)  # what a killed run left (the commands have done so already)
 
 
-def _write_run(out, model, task, max_eval_examples, batch_size, result):
+def _write_run(out, model, task, settings, result):
     """Saves `model`, evaluates it, writes `result(metrics)` to `metrics.json`: into `out` together, or not at all."""
     written = {}
 
     def write(folder):
         model.save(os.path.join(folder, "model.keras"))
-        metrics = evaluate_task(model, task, max_examples=max_eval_examples, batch_size=batch_size)
+        metrics = evaluate_task(model, task, max_examples=settings.max_eval_examples, batch_size=settings.batch_size)
         written.update(result(metrics))
         if hasattr(task, "record"):  # a run on files: what it was trained and scored on
             written["data"] = task.record()

@@ -2,9 +2,9 @@ import pytest
 
 import kbert
 from kbert import cli
-from kbert.cli.pretraining import PRETRAIN_FILL_MASK_SENTENCES
+from kbert.runs.pretraining import PRETRAIN_FILL_MASK_SENTENCES
 from tests.callbacks.event_files import scalars, texts
-from tests.models.pretraining_run import VOCABULARY, write_corpus
+from tests.pretraining.pretraining_run import VOCABULARY, write_corpus
 
 
 def test_presets_lists_the_paper_parameter_counts(capsys):
@@ -288,7 +288,7 @@ def run_cli(*arguments, kill_at_step=None):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parent.parent / "models" / "pretraining_run.py"
+    script = Path(__file__).parent.parent / "pretraining" / "pretraining_run.py"
     kill = () if kill_at_step is None else ("--kill-at-step", str(kill_at_step))
     return subprocess.run([sys.executable, str(script), "cli", *kill, *arguments],
                           capture_output=True, text=True, timeout=300)
@@ -479,7 +479,7 @@ def test_distill_and_prune_explain_bad_arguments(tmp_path, capsys):
 def test_pretrain_learns_its_vocabulary_from_a_corpus_folder(tmp_path):
     import argparse
 
-    from kbert.cli.pretraining import _read_or_learn_vocabulary
+    from kbert.runs.pretraining import _read_or_learn_vocabulary
 
     (tmp_path / "books" / "part").mkdir(parents=True)
     (tmp_path / "books" / "one.txt").write_text("the cat sat on the mat\n")
