@@ -31,7 +31,8 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from kbert.runs.fine_tuning import RECIPES, fine_tune  # noqa: E402
+from kbert.runs.fine_tuning import fine_tune  # noqa: E402
+from kbert.runs.recipes import RECIPES  # noqa: E402
 from timing import cpu_model, write_json  # noqa: E402
 
 # Short budgets: seeded subsets of the training splits, whole dev splits.

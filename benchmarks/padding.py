@@ -57,7 +57,8 @@ def main():
 
     import kbert
     from kbert.preprocessing.input_pipeline import task_dataset
-    from kbert.runs.fine_tuning import build_task_model, load_split, recipe, sample_examples
+    from kbert.runs.fine_tuning import build_task_model, load_split, sample_examples
+    from kbert.runs.recipes import recipe
 
     _, tokenizer = kbert.load_pretrained("all-minilm-l6-v2")  # bert-base-uncased's vocabulary
     report = {"command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d"),

@@ -24,7 +24,8 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from kbert.runs.fine_tuning import RECIPES, default_epochs, fine_tune  # noqa: E402
+from kbert.runs.fine_tuning import fine_tune  # noqa: E402
+from kbert.runs.recipes import RECIPES, default_epochs  # noqa: E402
 
 SIZES = {"sst2": 1500, "conll2003": 1000, "squad": 600}
 EVAL_EXAMPLES = {"sst2": None, "conll2003": 1000, "squad": 500}

@@ -1,6 +1,6 @@
 """Task quality: fine-tune each task model with a fixed budget and score it the way its community does.
 
-For every task in `kbert.runs.fine_tuning.RECIPES` (SST-2, SMS Spam, RTE, MRPC,
+For every task in `kbert.runs.recipes.RECIPES` (SST-2, SMS Spam, RTE, MRPC,
 SICK, SQuAD, CoNLL-2003, CoLA, STS-B, WNLI), fine-tunes from the best encoder the project has
 (default: the published all-MiniLM-L6-v2 weights, `--encoder` to change) on
 a seeded random subset of the training split, then evaluates on the task's
@@ -25,7 +25,8 @@ from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from kbert.runs.fine_tuning import RECIPES, fine_tune  # noqa: E402
+from kbert.runs.fine_tuning import fine_tune  # noqa: E402
+from kbert.runs.recipes import RECIPES  # noqa: E402
 
 # Training examples per task (a seeded subset), epochs and sequence length:
 # the fixed budget. Small data sets are used whole. Listed in the order they

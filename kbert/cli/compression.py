@@ -27,7 +27,7 @@ from kbert.cli.tasks import (
 
 
 def add_commands(commands):
-    from kbert.runs.fine_tuning import RECIPES
+    from kbert.runs.recipes import RECIPES
 
     classification = sorted(name for name, info in RECIPES.items() if info.builder == "classifier")
     distill = add_command(commands, "distill", "distil a fine-tuned classifier into a smaller student, evaluate, "

@@ -36,7 +36,7 @@ def add_conll_arguments(command):
 
 def add_commands(commands):
     from kbert.data.tfds_source import SOURCES  # plain Python: no TensorFlow
-    from kbert.runs.fine_tuning import RECIPES
+    from kbert.runs.recipes import RECIPES
     from kbert.runs.own_data import TASK_TYPES
 
     train = add_command(commands, "train", "fine-tune on your files or a named data set, evaluate, save", _train,
@@ -237,7 +237,7 @@ def _check_trained_on(model_path, task):
 def print_metrics(result):
     """A run's scores, one a line; a two-class task's precision, recall and F1 named with their class."""
     print(f"{result['task']} ({result['split']}, {result['examples']:,} examples):")
-    from kbert.runs.fine_tuning import CLASS_SCORES
+    from kbert.runs.recipes import CLASS_SCORES
 
     positive = result.get("positive_class")  # precision, recall and F1 are this class's
     scores = {f"{key} ({positive})" if positive and key in CLASS_SCORES else key: value

@@ -1,7 +1,7 @@
 """Distillation and pruning runs on the canonical data sets: what `kbert distill` and `kbert prune` run.
 
 Each run reads a fine-tuned task model (the `model.keras` of `kbert train`),
-trains on the task's training split (see `kbert.runs.fine_tuning.RECIPES`), and
+trains on the task's training split (see `kbert.runs.recipes.RECIPES`), and
 writes a run folder as `kbert train` does: `model.keras` and `metrics.json`
 (the evaluation split's metrics, the settings, the budget), written together
 (`kbert.runs.outputs.write_run`), and `tensorboard/` (each loss part its
@@ -16,9 +16,10 @@ import numpy as np
 
 from kbert.io.atomic_files import json_text, write_text
 from kbert.runs.distillation_settings import DistillationSettings
-from kbert.runs.fine_tuning import evaluate_task, load_split, recipe, sample_examples
+from kbert.runs.fine_tuning import evaluate_task, load_split, sample_examples
 from kbert.runs.outputs import clean_run_folder, write_run
 from kbert.runs.pruning_settings import PruningSettings
+from kbert.runs.recipes import recipe
 from kbert.runs.run_settings import SettingError
 
 STUDENT_LAYERS_PREFIX = "layers:"
@@ -40,7 +41,7 @@ def distill_task(task, teacher, out, settings=None, **options):
        dropped.
 
     Args:
-        task: a classification task of `kbert.runs.fine_tuning.RECIPES`, or
+        task: a classification task of `kbert.runs.recipes.RECIPES`, or
             a user's files.
         teacher: the fine-tuned teacher, a `kbert.Classifier` or the path of
             its `.keras` file.
@@ -121,7 +122,7 @@ def prune_task(task, model, out, settings=None, **options):
     evaluation and the sparsity report (`kbert.compression.sparsity`).
 
     Args:
-        task: a named data set of `kbert.runs.fine_tuning.RECIPES`, or a
+        task: a named data set of `kbert.runs.recipes.RECIPES`, or a
             user's files.
         model: the fine-tuned task model, or the path of its `.keras` file.
         out: the run folder to write.

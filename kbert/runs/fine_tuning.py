@@ -13,21 +13,7 @@ import numpy as np
 
 from kbert.runs.fine_tuning_settings import FineTuningSettings
 from kbert.runs.named_data import FILE_SPLITS, named_file_data
-from kbert.runs.recipes import (  # the recipes' names, imported from here by the commands and runs too
-    CLASS_SCORES,
-    DEFAULT_EPOCHS,
-    FILES,
-    MAX_DEFAULT_EPOCHS,
-    MIN_UPDATE_STEPS,
-    RECIPES,
-    Recipe,
-    default_epochs,
-    file_recipe,
-    positive_class,
-    problem_type,
-    recipe,
-    score_name,
-)
+from kbert.runs.recipes import FILES, default_epochs, positive_class, problem_type, recipe, score_name
 from kbert.runs.run_settings import SettingError
 
 # The bert-base-uncased vocabulary ships with this checkpoint package.
@@ -165,15 +151,16 @@ def fine_tune(task, out, settings=None, **options):
     """Fine-tunes on a task's training split, evaluates, and writes a run folder.
 
     Args:
-        task: a named data set (`RECIPES`) or a user's files
+        task: a named data set (`kbert.runs.recipes.RECIPES`) or a user's files
             (`kbert.runs.own_data.FileData`).
         out: the run folder.
         settings: a `FineTuningSettings`; or its fields as keyword `options`
             (`fine_tune("sst2", "runs/a", encoder="mini", epochs=2)`).
 
     `epochs=None` trains `default_epochs` of the training examples: 3, or
-    more on a small data set, for at least `MIN_UPDATE_STEPS` updates.
-    `fit` validates on the task's dev split (`Recipe.fit_validation_split`:
+    more on a small data set, for at least `kbert.runs.recipes.MIN_UPDATE_STEPS`
+    updates.
+    `fit` validates on the task's dev split (`kbert.runs.recipes.Recipe.fit_validation_split`:
     the evaluation split, or SICK's trial and CoNLL-2003's dev split), on
     the same seeded subset of `max_eval_examples` that the evaluation takes.
 

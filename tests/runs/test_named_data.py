@@ -2,7 +2,8 @@
 
 import pytest
 
-from kbert.runs.fine_tuning import RECIPES, load_split
+from kbert.runs.fine_tuning import load_split
+from kbert.runs.recipes import RECIPES
 from kbert.runs.named_data import NAMED_FILES, named_file_data
 
 # Examples of each split: GLUE's, SICK's SemEval sets, SMS Spam's fixed 80/20, SQuAD dev's article ranges,
