@@ -11,7 +11,7 @@ import re
 import sys
 
 from kbert.cli import compression, getting_started, pretraining, serving, tasks
-from kbert.cli.arguments import HelpFormatter
+from kbert.cli.arguments import HelpFormatter, said_as_flags
 
 # The families in the order `kbert --help` lists their commands.
 FAMILIES = (getting_started, pretraining, tasks, compression, serving)
@@ -151,7 +151,8 @@ def _show_kbert_warnings_in_one_line(command):
     def show(message, category, filename, lineno, file=None, line=None):
         if not os.path.abspath(filename).startswith(PACKAGE + os.sep):
             return python_format(message, category, filename, lineno, file, line)
-        print(f"kbert {command}: warning: {one_line(message)}", file=file or sys.stderr, flush=True)
+        text = said_as_flags(one_line(message))
+        print(f"kbert {command}: warning: {text}", file=file or sys.stderr, flush=True)
 
     warnings.showwarning = show
 

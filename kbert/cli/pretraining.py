@@ -16,6 +16,7 @@ from kbert.cli.arguments import (
     positive_int,
     replaced_output_lock,
     run_folder_lock,
+    said_as_flags,
     verbosity,
 )
 
@@ -173,17 +174,13 @@ def _vocabulary(args):
 
 
 def _pretrain(args):
-    import dataclasses
-
     from kbert.runs.pretraining import pretrain
     from kbert.runs.pretraining_run_settings import PretrainingRunSettings
-    from kbert.runs.run_settings import said_as_flags
 
     settings = PretrainingRunSettings.from_flags(args, verbose=verbosity(args))
-    names = [field.name for field in dataclasses.fields(settings)]
 
     def report(line):
-        line = said_as_flags(line, names)
+        line = said_as_flags(line)
         print(f"kbert pretrain: {line}" if line.startswith("note: ") else line, file=sys.stderr, flush=True)
 
     pretrain(args.corpus, args.out, settings, report=report)

@@ -322,12 +322,12 @@ def one_class_warning(metrics, class_names=None):
     """A line saying the model answers one class for everything it was scored on (every word `O`); else None.
 
     Accuracy can look healthy then (the share of the commonest class), so
-    `kbert train` says it in a warning.
+    `kbert train` says it in a warning (the settings named as its flags).
 
     >>> one_class_warning({"split": "dev", "examples": 4, "confusion_matrix": [[3, 0], [1, 0]]}, ["ham", "spam"])
-    "The model answers 'ham' for all 4 dev examples: it has learnt only the commonest class; train longer (--epochs), at a higher --learning-rate, or on more data."
+    "The model answers 'ham' for all 4 dev examples: it has learnt only the commonest class; train longer (`epochs`), at a higher `learning_rate`, or on more data."
     """
-    advice = "train longer (--epochs), at a higher --learning-rate, or on more data."
+    advice = "train longer (`epochs`), at a higher `learning_rate`, or on more data."
     where = f"{metrics.get('split', 'evaluation')} examples"
     matrix = metrics.get("confusion_matrix")
     if matrix is not None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import kbert
 from kbert import cli
@@ -78,3 +79,25 @@ kbert.cli.main(sys.argv[1:])
 """
 
 
+
+
+def test_run_settings_are_named_as_settings_in_python_and_as_flags_by_the_command(tmp_path, capsys):
+    from kbert.cli.arguments import said_as_flags
+    from kbert.runs.fine_tuning import fine_tune, one_class_warning
+    from kbert.runs.fine_tuning_settings import FineTuningSettings
+    from kbert.runs.run_settings import SettingError
+
+    line = one_class_warning({"split": "dev", "examples": 4, "confusion_matrix": [[3, 0], [1, 0]]}, ["ham", "spam"])
+    assert "train longer (`epochs`), at a higher `learning_rate`" in line and "--" not in line
+    assert "train longer (--epochs), at a higher --learning-rate" in said_as_flags(line)
+    # A bad value is refused when the settings are made, naming the setting; the command names its flag.
+    with pytest.raises(SettingError, match=r"^`batch_size` must be a positive integer, got 0\.$"):
+        FineTuningSettings(batch_size=0)
+    with pytest.raises(SettingError, match=r"^`cased` applies to a vocabulary file \(`vocabulary`"):
+        fine_tune("sst2", str(tmp_path / "run"), cased=True, max_examples=4)
+    with pytest.raises(ValueError, match=r"`epochs=2` conflicts with `settings.epochs=1`"):
+        fine_tune("sst2", str(tmp_path / "run"), FineTuningSettings(epochs=1), epochs=2)
+    assert cli.main(["train", "sst2", "--cased", "--out", str(tmp_path / "cased")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kbert train: error: --cased applies to a vocabulary file (--vocabulary, ") and "`" not in err
+    assert not (tmp_path / "cased").exists()  # refused before the run folder is made
