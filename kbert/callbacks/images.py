@@ -78,6 +78,10 @@ def heat_map(values, row_labels, column_labels, title=None, cell_texts=None, cel
              min_width=None):
     """A labelled heat map of a matrix, as an RGB array.
 
+    Eleven parameters, where the house keeps ten: each is one part of the
+    picture, all but the matrix and its labels optional keywords, as a
+    plotting function takes them.
+
     The image is as wide as its widest part: the matrix with its labels, the
     title, the column title or the colour bar, and at least `min_width`
     (the content stays left-aligned, padded with white on the right).
@@ -119,6 +123,32 @@ def heat_map(values, row_labels, column_labels, title=None, cell_texts=None, cel
     """
     from PIL import Image, ImageDraw
 
+    values, low, high = _checked_matrix(values, row_labels, column_labels, colour_range)
+    row_labels = [str(label) for label in row_labels]
+    column_labels = [str(label) for label in column_labels]
+    texts = None if cell_texts is None else [[str(text) for text in row] for row in cell_texts]
+    layout = _Layout(values.shape, (row_labels, column_labels), (title, row_title, column_title), texts,
+                     cell_size, (low, high) if colour_bar else None,
+                     colour_bar if isinstance(colour_bar, str) else "", min_width)
+
+    # Where each value lies in the colour range; a range of one value colours everything as its low end.
+    span = high - low
+    position = (values - low) / span if span > 0 else np.where(np.isfinite(values), 0.0, np.nan)
+    cells = np.repeat(np.repeat(colour_map(position), layout.cell, axis=0), layout.cell, axis=1)
+    image = Image.new("RGB", (layout.width, layout.height), _WHITE)
+    image.paste(Image.fromarray(cells), (layout.left, layout.top))
+    draw = ImageDraw.Draw(image)
+    _draw_titles(image, draw, layout, title, row_title, column_title)
+    _draw_labels(image, draw, layout, row_labels, column_labels)
+    if texts is not None:
+        _draw_cell_texts(draw, layout, texts, position)
+    if layout.bar:
+        _draw_colour_bar(image, draw, layout)
+    return np.asarray(image, "uint8")
+
+
+def _checked_matrix(values, row_labels, column_labels, colour_range):
+    """`values` as a float array, and the colour range's ends; a ValueError where they do not fit together."""
     values = np.asarray(values, "float64")
     if values.ndim != 2:
         raise ValueError(f"A heat map needs a 2-D matrix, got shape {values.shape}.")
@@ -133,102 +163,122 @@ def heat_map(values, row_labels, column_labels, title=None, cell_texts=None, cel
         raise ValueError(
             f"`colour_range` must be finite (low, high) with low <= high, got {colour_range!r}."
         )
-    row_labels = [str(label) for label in row_labels]
-    column_labels = [str(label) for label in column_labels]
-    texts = None if cell_texts is None else [[str(text) for text in row] for row in cell_texts]
+    return values, low, high
 
-    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    if cell_size is None:
-        cell_size = int(np.clip(360 // max(rows, columns, 1), _SMALLEST_CELL, _LARGEST_CELL))
-    # Labels as large as the cells allow: 11 pixels in the smallest default cell.
-    label_font = font(int(np.clip(cell_size - 3, 9, TITLE_FONT_SIZE)))
-    title_font = font(TITLE_FONT_SIZE)
-    if texts is not None:
-        widest = max((_width(measure, text, label_font) for row in texts for text in row), default=0)
-        cell_size = max(cell_size, widest + 10, _line_height(measure, label_font) + 4)
 
-    label_line = _line_height(measure, label_font)
-    title_line = _line_height(measure, title_font) + 4
-    row_label_width = max((_width(measure, label, label_font) for label in row_labels), default=0)
-    column_label_widths = [_width(measure, label, label_font) for label in column_labels]
-    # Upright column labels read best; they turn upwards only when one is wider than its cell.
-    upright = max(column_label_widths, default=0) + 6 <= cell_size
-    column_label_height = label_line if upright else max(column_label_widths, default=0) + 2
+class _Layout:
+    """Where each part of a heat map goes, measured in its fonts before anything is drawn.
 
-    top = MARGIN + (title_line if title else 0) + (label_line + 4 if column_title else 0)
-    top += column_label_height + 4
-    left = MARGIN + (label_line + 4 if row_title else 0) + row_label_width + 6
-    matrix_width, matrix_height = columns * cell_size, rows * cell_size
-    bottom = top + matrix_height
-    if row_title:
-        bottom = max(bottom, top + _width(measure, row_title, label_font))
+    `cell`: pixels per cell; `left`, `top`: the matrix' corner; `upright`:
+    whether the column labels are written across; `bar`: the colour bar's
+    `(x, y, width, end texts, caption)`, or None; `width`, `height`: the image's.
+    """
 
-    # The colour bar: under the matrix, at least as wide as its numbers and caption need.
-    bar = None
-    if colour_bar:
-        ends = list(format_range(low, high))
-        caption = colour_bar if isinstance(colour_bar, str) else ""
-        # The caption is centred, so both ends get room for the wider number.
-        needed = (_width(measure, caption, label_font) + 40
-                  + 2 * max(_width(measure, text, label_font) for text in ends))
-        bar = (left, bottom + 10, max(matrix_width, needed, 120), ends, caption)
-        bottom = bottom + 10 + _BAR_HEIGHT + 4 + label_line
+    def __init__(self, shape, labels, titles, texts, cell_size, bar_range, caption, min_width):
+        from PIL import Image, ImageDraw
 
-    width = max(
-        left + matrix_width,
-        MARGIN + _width(measure, title, title_font) if title else 0,
-        left + _width(measure, column_title, label_font) if column_title else 0,
-        bar[0] + bar[2] if bar else 0,
-    ) + MARGIN
-    width = max(width, int(min_width or 0))
-    height = bottom + MARGIN
+        (row_labels, column_labels), (title, row_title, column_title) = labels, titles
+        rows, columns = shape
+        self.rows, self.columns = rows, columns
+        measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+        if cell_size is None:
+            cell_size = int(np.clip(360 // max(rows, columns, 1), _SMALLEST_CELL, _LARGEST_CELL))
+        # Labels as large as the cells allow: 11 pixels in the smallest default cell.
+        self.label_font = font(int(np.clip(cell_size - 3, 9, TITLE_FONT_SIZE)))
+        self.title_font = font(TITLE_FONT_SIZE)
+        self.label_line = _line_height(measure, self.label_font)
+        if texts is not None:
+            widest = max((_width(measure, text, self.label_font) for row in texts for text in row), default=0)
+            cell_size = max(cell_size, widest + 10, self.label_line + 4)
+        self.cell = cell_size
+        self.title_line = _line_height(measure, self.title_font) + 4
 
-    # Where each value lies in the colour range; a range of one value colours everything as its low end.
-    span = high - low
-    position = (values - low) / span if span > 0 else np.where(np.isfinite(values), 0.0, np.nan)
-    cells = np.repeat(np.repeat(colour_map(position), cell_size, axis=0), cell_size, axis=1)
-    image = Image.new("RGB", (width, height), _WHITE)
-    image.paste(Image.fromarray(cells), (left, top))
-    draw = ImageDraw.Draw(image)
+        row_label_width = max((_width(measure, label, self.label_font) for label in row_labels), default=0)
+        column_label_widths = [_width(measure, label, self.label_font) for label in column_labels]
+        # Upright column labels read best; they turn upwards only when one is wider than its cell.
+        self.upright = max(column_label_widths, default=0) + 6 <= cell_size
+        column_label_height = self.label_line if self.upright else max(column_label_widths, default=0) + 2
 
+        self.top = MARGIN + (self.title_line if title else 0) + (self.label_line + 4 if column_title else 0)
+        self.top += column_label_height + 4
+        self.left = MARGIN + (self.label_line + 4 if row_title else 0) + row_label_width + 6
+        self.matrix_width, self.matrix_height = columns * cell_size, rows * cell_size
+        bottom = self.top + self.matrix_height
+        if row_title:
+            bottom = max(bottom, self.top + _width(measure, row_title, self.label_font))
+
+        # The colour bar: under the matrix, at least as wide as its numbers and caption need.
+        self.bar = None
+        if bar_range is not None:
+            ends = list(format_range(*bar_range))
+            # The caption is centred, so both ends get room for the wider number.
+            needed = (_width(measure, caption, self.label_font) + 40
+                      + 2 * max(_width(measure, text, self.label_font) for text in ends))
+            self.bar = (self.left, bottom + 10, max(self.matrix_width, needed, 120), ends, caption)
+            bottom = bottom + 10 + _BAR_HEIGHT + 4 + self.label_line
+
+        self.width = max(
+            self.left + self.matrix_width,
+            MARGIN + _width(measure, title, self.title_font) if title else 0,
+            self.left + _width(measure, column_title, self.label_font) if column_title else 0,
+            self.bar[0] + self.bar[2] if self.bar else 0,
+        ) + MARGIN
+        self.width = max(self.width, int(min_width or 0))
+        self.height = bottom + MARGIN
+
+    def cell_centre(self, i, j):
+        """The pixel at the centre of row `i`, column `j`."""
+        return self.left + j * self.cell + self.cell // 2, self.top + i * self.cell + self.cell // 2
+
+
+def _draw_titles(image, draw, layout, title, row_title, column_title):
     y = MARGIN
     if title:
-        _write(draw, (MARGIN, y), title, title_font, _BLACK)
-        y += title_line
+        _write(draw, (MARGIN, y), title, layout.title_font, _BLACK)
+        y += layout.title_line
     if column_title:
-        _write(draw, (left, y), column_title, label_font, _GREY)
+        _write(draw, (layout.left, y), column_title, layout.label_font, _GREY)
     if row_title:
         # Written upwards, left of the row labels.
-        strip = _upwards(row_title, label_font, label_line, _GREY)
-        image.paste(strip, (MARGIN, top + max(0, (matrix_height - strip.height) // 2)))
+        strip = _upwards(row_title, layout.label_font, layout.label_line, _GREY)
+        image.paste(strip, (MARGIN, layout.top + max(0, (layout.matrix_height - strip.height) // 2)))
+
+
+def _draw_labels(image, draw, layout, row_labels, column_labels):
     for i, label in enumerate(row_labels):
-        _write(draw, (left - 6, top + i * cell_size + cell_size // 2), label, label_font, _BLACK,
+        _write(draw, (layout.left - 6, layout.cell_centre(i, 0)[1]), label, layout.label_font, _BLACK,
                align="right", centred_on_y=True)
     for j, label in enumerate(column_labels):
-        if upright:
-            _write(draw, (left + j * cell_size + cell_size // 2, top - 4 - label_line), label,
-                   label_font, _BLACK, align="centre")
+        x = layout.cell_centre(0, j)[0]
+        if layout.upright:
+            _write(draw, (x, layout.top - 4 - layout.label_line), label, layout.label_font, _BLACK,
+                   align="centre")
         else:
-            strip = _upwards(label, label_font, label_line, _BLACK)
-            image.paste(strip, (left + j * cell_size + (cell_size - strip.width) // 2,
-                                top - 4 - strip.height))
-    if texts is not None:
-        for i in range(rows):
-            for j in range(columns):
-                # White on the dark half of the colour map, black on the light half.
-                colour = _WHITE if np.isfinite(position[i, j]) and position[i, j] > 0.55 else _BLACK
-                centre = (left + j * cell_size + cell_size // 2, top + i * cell_size + cell_size // 2)
-                _write(draw, centre, texts[i][j], label_font, colour, align="centre", centred_on_y=True)
-    if bar:
-        x, y, bar_width, (low_text, high_text), caption = bar
-        gradient = colour_map(np.linspace(0.0, 1.0, bar_width))[None].repeat(_BAR_HEIGHT, axis=0)
-        image.paste(Image.fromarray(gradient), (x, y))
-        y += _BAR_HEIGHT + 4
-        _write(draw, (x, y), low_text, label_font, _BLACK)
-        _write(draw, (x + bar_width, y), high_text, label_font, _BLACK, align="right")
-        if caption:
-            _write(draw, (x + bar_width // 2, y), caption, label_font, _GREY, align="centre")
-    return np.asarray(image, "uint8")
+            strip = _upwards(label, layout.label_font, layout.label_line, _BLACK)
+            image.paste(strip, (x - layout.cell // 2 + (layout.cell - strip.width) // 2,
+                                layout.top - 4 - strip.height))
+
+
+def _draw_cell_texts(draw, layout, texts, position):
+    for i in range(layout.rows):
+        for j in range(layout.columns):
+            # White on the dark half of the colour map, black on the light half.
+            colour = _WHITE if np.isfinite(position[i, j]) and position[i, j] > 0.55 else _BLACK
+            _write(draw, layout.cell_centre(i, j), texts[i][j], layout.label_font, colour,
+                   align="centre", centred_on_y=True)
+
+
+def _draw_colour_bar(image, draw, layout):
+    from PIL import Image
+
+    x, y, bar_width, (low_text, high_text), caption = layout.bar
+    gradient = colour_map(np.linspace(0.0, 1.0, bar_width))[None].repeat(_BAR_HEIGHT, axis=0)
+    image.paste(Image.fromarray(gradient), (x, y))
+    y += _BAR_HEIGHT + 4
+    _write(draw, (x, y), low_text, layout.label_font, _BLACK)
+    _write(draw, (x + bar_width, y), high_text, layout.label_font, _BLACK, align="right")
+    if caption:
+        _write(draw, (x + bar_width // 2, y), caption, layout.label_font, _GREY, align="centre")
 
 
 def padded_batch(images):

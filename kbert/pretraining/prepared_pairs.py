@@ -14,11 +14,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from kbert.io.settings_objects import settings_from_arguments
 from kbert.io.atomic_files import contains_path, left_temporaries, make_folder_beside, special_file_kind
 from kbert.preprocessing.tokenizer import Tokenizer, read_vocabulary
 from kbert.pretraining.corpus_progress import Progress, end_pass, reading_line
 from kbert.pretraining.documents import corpus_files
-from kbert.pretraining.pretraining_settings import PretrainingSettings
+from kbert.pretraining.pretraining_settings import DEFAULT_SEQUENCE_LENGTH, PretrainingSettings
 from kbert.pretraining.text_pairs import TextPairs
 
 METADATA_FILE = "metadata.json"
@@ -230,24 +231,29 @@ def _pair_example(segment_a, segment_b, label):
     ).SerializeToString()
 
 
-def prepare_pretraining_data(
-    corpus,
-    output_dir,
-    vocabulary,
-    sequence_length=128,
-    next_sentence=None,
-    next_sentence_rate=0.5,
-    short_sequence_rate=0.1,
-    document_boundary="file",
-    document_buffer=100,
-    seed=0,
-    lowercase=True,
-    examples_per_shard=100_000,
-    overwrite=False,
-    verbose=True,
-    objective=None,
-    sentence_order_rate=0.5,
-):
+# The settings a preparation leaves to the reader of its folder.
+_READERS_FIELDS = ("batch_size", "mask_rate", "mask_token_rate", "random_token_rate", "max_predictions",
+                   "whole_word_masking", "shuffle_buffer", "count_examples", "max_ngram")
+
+
+def _preparation_settings(settings, options):
+    """The `PretrainingSettings` a preparation writes with: 128 tokens and seed 0 where unset."""
+    settings = settings_from_arguments(PretrainingSettings, settings, options, "prepare_pretraining_data()",
+                                       "kbert.PretrainingSettings")
+    defaults = PretrainingSettings()
+    for name in _READERS_FIELDS:
+        if getattr(settings, name) != getattr(defaults, name):
+            raise ValueError(f"`{name}` is a setting of the reader (`pretraining_dataset`), not of the "
+                             "preparation: the records hold unmasked pairs.")
+    return dataclasses.replace(
+        settings,
+        sequence_length=DEFAULT_SEQUENCE_LENGTH if settings.sequence_length is None else settings.sequence_length,
+        seed=0 if settings.seed is None else settings.seed,
+    )
+
+
+def prepare_pretraining_data(corpus, output_dir, vocabulary, settings=None, *, examples_per_shard=100_000,
+                             overwrite=False, **options):
     """Writes the corpus' segment pairs once, as sharded TFRecords.
 
     `pretraining_dataset(output_dir, seed=seed)` then reads them and gives
@@ -265,29 +271,48 @@ def prepare_pretraining_data(
     elsewhere a plain line every 10 s and at each completed shard), then a
     summary of what was read and skipped.
 
+    Args:
+        corpus: text files: paths, folders or glob patterns (each must match).
+        output_dir: the folder to write; it must not exist, unless `overwrite`.
+        vocabulary: a list of tokens or a `vocab.txt` path.
+        settings: a `kbert.PretrainingSettings`; or its pair-building fields
+            as keywords (`sequence_length` (128), `objective`, `next_sentence`,
+            `next_sentence_rate`, `sentence_order_rate`, `short_sequence_rate`,
+            `document_boundary`, `document_buffer`, `seed` (0), `lowercase`,
+            `verbose`), as `pretraining_dataset` takes them. Its masking and
+            batching fields are the reader's: set here, a ValueError.
+        examples_per_shard: segment pairs per TFRecord file.
+        overwrite: replace `output_dir` where it holds an earlier preparation.
+
     Returns:
         The metadata dict.
+
+    Example:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(f"{folder}/corpus.txt", "w") as file:
+    ...     _ = file.write("the cat sat. the dog ran.\\n\\nthe bird sang. the fish swam.\\n")
+    >>> vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "dog", "ran", "."]
+    >>> metadata = prepare_pretraining_data(f"{folder}/corpus.txt", f"{folder}/prepared", vocabulary,
+    ...                                     sequence_length=16, document_boundary="blank_line", verbose=False)
+    >>> metadata["objective"], metadata["num_examples"] > 0
+    ('nsp', True)
     """
+    settings = _preparation_settings(settings, options)
     output_dir = Path(output_dir)
     remove_interrupted_preparations(output_dir)
     if output_dir.exists():
         _check_replaceable(output_dir, corpus, vocabulary, overwrite)
     if int(examples_per_shard) < 1:
         raise ValueError(f"`examples_per_shard` must be at least 1, got {examples_per_shard}.")
-    settings = PretrainingSettings(
-        sequence_length=sequence_length, next_sentence=next_sentence, objective=objective,
-        next_sentence_rate=next_sentence_rate, sentence_order_rate=sentence_order_rate,
-        short_sequence_rate=short_sequence_rate, document_boundary=document_boundary,
-        document_buffer=document_buffer, seed=seed, lowercase=lowercase,
-    )
-    tokenizer = Tokenizer(vocabulary, lowercase=lowercase, special_tokens_in_strings=False)
+    tokenizer = Tokenizer(vocabulary, lowercase=settings.lowercase, special_tokens_in_strings=False)
     source = TextPairs(corpus, tokenizer, settings)
     objective = source.builder.objective
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     # Not `tempfile.mkdtemp`: its 0700 would hide the published corpus from other users.
     staging = Path(make_folder_beside(output_dir))
     shards, writer, count = [], None, 0
-    progress = Progress(lambda: reading_line(source, count, len(shards)), verbose)
+    progress = Progress(lambda: reading_line(source, count, len(shards)), settings.verbose)
     try:
         for segment_a, segment_b, label in source():
             if count % examples_per_shard == 0:
@@ -310,15 +335,15 @@ def prepare_pretraining_data(
                             for i in range(len(shards))],
             # Checked by every reader before it reads: a shard cut short, even at a record's end, is refused.
             "shard_bytes": [os.path.getsize(staging / name) for name in shards],
-            "sequence_length": int(sequence_length),
+            "sequence_length": int(settings.sequence_length),
             "objective": objective,
             "next_sentence": objective == "nsp",
-            "next_sentence_rate": float(next_sentence_rate),
-            "sentence_order_rate": float(sentence_order_rate),
-            "short_sequence_rate": float(short_sequence_rate),
-            "document_boundary": document_boundary,
-            "seed": int(seed),
-            "lowercase": bool(lowercase),
+            "next_sentence_rate": float(settings.next_sentence_rate),
+            "sentence_order_rate": float(settings.sentence_order_rate),
+            "short_sequence_rate": float(settings.short_sequence_rate),
+            "document_boundary": settings.document_boundary,
+            "seed": int(settings.seed),
+            "lowercase": bool(settings.lowercase),
             "corpus": source.files,
             "summary": source.summary(),
         }

@@ -298,6 +298,17 @@ def test_prepare_refuses_an_existing_folder_unless_overwrite(tmp_path, corpus, v
     assert (prepared / "book.txt").exists()
 
 
+def test_prepare_takes_settings_and_leaves_masking_to_the_reader(tmp_path, corpus, vocabulary):
+    settings = kbert.PretrainingSettings(sequence_length=SEQUENCE_LENGTH, seed=3, verbose=False)
+    metadata = prepare_pretraining_data([str(corpus)], tmp_path / "a", vocabulary, settings)
+    assert (metadata["sequence_length"], metadata["seed"]) == (SEQUENCE_LENGTH, 3)
+    with pytest.raises(ValueError, match="`seed=4` conflicts"):
+        prepare_pretraining_data([str(corpus)], tmp_path / "b", vocabulary, settings, seed=4)
+    with pytest.raises(ValueError, match="`mask_rate` is a setting of the reader"):
+        prepare(corpus, vocabulary, tmp_path / "c", mask_rate=0.2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
 @pytest.mark.parametrize("shard", ["/etc/passwd", "../pairs-00000.tfrecord", "gs://bucket/pairs-00000.tfrecord"])
 def test_a_prepared_folder_is_read_from_itself_only(tmp_path, corpus, vocabulary, shard):
     """Its metadata.json cannot make the reader open a path or URL named there."""
