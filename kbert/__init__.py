@@ -9,6 +9,7 @@ The pipeline, in the order data takes it:
   `tagger`, `multiple_choice`, and `embedder` for sentence vectors; each
   with its task preprocessor (`ClassifierPreprocessor`, ...), fed by
   `data.task_dataset`;
+- `load_model`: a kbert `.keras` file, read safely;
 - `load_pretrained` / `save_pretrained`: published BERT checkpoints
   (Hugging Face, Google, keras-hub) in and out;
 - pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
@@ -24,12 +25,21 @@ import importlib.util
 import os
 import sys
 
-from kbert.backend.selection import choose_backend, keep_tensorflow_off_accelerators
+from kbert.backend.selection import choose_backend
 
 
 def _is_the_kbert_command():
-    # The console script runs with argv[0] ending in `kbert`; `python -m
-    # kbert.cli` imports this package while argv[0] is still "-m".
+    """Whether this process is the `kbert` command: the one place kbert reads the program's name.
+
+    The backend does not depend on it (`choose_backend`: KERAS_BACKEND,
+    keras.json, else the first installed). Two things do: TensorFlow's C++
+    log is silent in the command, and the command imports the public names
+    on first use, so `kbert --help` loads neither TensorFlow nor Keras. Why: the
+    console script's entry point is `kbert.cli.main:main`, and Python runs
+    this file before any code of `kbert.cli`, so argv is all the command
+    can say by then. The console script runs with argv[0] ending in `kbert`;
+    `python -m kbert.cli` imports this package while argv[0] is still "-m".
+    """
     first = sys.argv[0] if sys.argv else ""
     return os.path.basename(first) in ("kbert", "kbert.exe") or first == "-m"
 
@@ -47,6 +57,7 @@ __version__ = "0.5.0"  # the release docs/changes.rst describes last; pyproject 
 _SUBPACKAGES = ("callbacks", "checkpoints", "compression", "data", "metrics")
 _NAMES = {
     "export": "kbert.serving",
+    "load_model": "kbert.saving",
     "load_pretrained": "kbert.checkpoints",
     "save_pretrained": "kbert.checkpoints",
     "pretraining_dataset": "kbert.pretraining.dataset",
@@ -112,10 +123,10 @@ def _load():
     if not _loaded:
         _loaded = True
         from kbert.backend.tensorflow_support import tensorflow_installed
+        from kbert.saving import register_kbert_classes
 
+        register_kbert_classes()  # first: it keeps TensorFlow off the accelerators of another backend
         text_side = tensorflow_installed()
-        if text_side and os.environ["KERAS_BACKEND"] != "tensorflow":
-            keep_tensorflow_off_accelerators()
         for module in (*(f"kbert.{name}" for name in _SUBPACKAGES), *_NAMES.values()):
             if text_side or module not in _TENSORFLOW_MODULES:
                 importlib.import_module(module)
@@ -151,68 +162,8 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-def load_model(path):
-    """Loads a kbert model saved with `model.save("name.keras")`.
-
-    Loading is Keras' safe mode: no code in the file runs, and no path or
-    URL named inside it is read (a vocabulary travels in the file). A file
-    that is missing, a folder, or not a whole `.keras` archive (truncated,
-    corrupt), or whose members declare more bytes than a model holds
-    (`kbert.io.safe_loading.LIMITS`), fails with one line naming it, before
-    anything in it is read; so does one whose config nests too deep or
-    implies more weights than its weights file holds (`vocabulary_size`,
-    `num_layers` ...: `kbert.io.safe_loading.check_keras_file`), before the
-    model is built, and one that names a class neither kbert's nor Keras'.
-
-    A file written by kbert 0.4 or earlier, whose Transformer blocks were
-    keras-hub's, is read through an upgraded copy in a temporary folder
-    (`kbert.models.block_layout_upgrade`).
-    """
-    import tempfile
-    import zipfile
-
-    import keras
-
-    from kbert.io.safe_loading import check_keras_file, keras_loading_refusal
-
-    # Sizes bounded before Keras reads a byte; a local path with "://" in it is
-    # made one that Keras reads as a file.
-    readable = check_keras_file(path)
-    _load()  # kbert's classes register with Keras when their modules load
-    try:
-        with tempfile.TemporaryDirectory(prefix="kbert-") as folder:
-            return keras.saving.load_model(_with_current_block_layout(readable, folder))
-    except (zipfile.BadZipFile, EOFError) as error:
-        raise ValueError(f"{path} is not a valid .keras file: {error}.") from None
-    except TypeError as error:
-        # Keras wraps an error of a nested layer's `from_config` in a TypeError
-        # per level, each holding the whole config: the class it does not know,
-        # or the first ValueError, says it.
-        refusal = keras_loading_refusal(path, error)
-        if refusal is not None:
-            raise refusal from None
-        refusal = _first_value_error(error)
-        if refusal is None:
-            raise
-        raise ValueError(f"{path}: {refusal}") from None
-
-
-def _with_current_block_layout(path, folder):
-    from kbert.models.block_layout_upgrade import has_keras_hub_block_layout, upgrade_block_layout
-
-    if "://" in str(path) or not has_keras_hub_block_layout(path):
-        return path
-    return upgrade_block_layout(path, folder)
-
-
-def _first_value_error(error):
-    while error is not None and not isinstance(error, ValueError):
-        error = error.__cause__ or error.__context__
-    return error
-
-
-# Every public name, each declared once above: in `_NAMES`, `_SUBPACKAGES`, or as `load_model`.
-__all__ = sorted([*_NAMES, *_SUBPACKAGES, "load_model"])
+# Every public name, each declared once above: in `_NAMES` or `_SUBPACKAGES`.
+__all__ = sorted([*_NAMES, *_SUBPACKAGES])
 
 if not _is_the_kbert_command():
     _load()

@@ -13,6 +13,7 @@ from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub
 from kbert.checkpoints.loading import UnknownCheckpointError, load_pretrained, resolve_checkpoint
 from kbert.models.encoder import Encoder
 from kbert.models.presets import PRESETS
+from kbert.saving import load_model
 
 # What `kbert pretrain` writes into its run folder: the model with its heads, and the vocabulary.
 RUN_MODEL_FILE = "pretrainer.keras"
@@ -211,8 +212,6 @@ def _refuse_others(arguments, allowed, shown):
 def _built_model(argument, heads, encoder_arguments):
     """The model of a `.keras` file, a `kbert.Encoder` or a keras-hub backbone; an encoder unless `heads`."""
     if isinstance(argument, str):
-        from kbert import load_model
-
         model = load_model(argument)
         if heads:
             _refuse_others(encoder_arguments, (), f"the model of {argument}")

@@ -84,7 +84,8 @@ def _check_predict(args):
 
 
 def _export(args):
-    import kbert
+    from kbert.saving import load_model
+    from kbert.serving import export
 
     # Checked here, in the command's words (the library's message names its
     # `overwrite=True`); without --version the next free version is used.
@@ -95,12 +96,12 @@ def _export(args):
     if args.overwrite and os.path.exists(target) and not os.path.isfile(os.path.join(target, "saved_model.pb")):
         raise ValueError(f"{target} is not an exported model (no saved_model.pb), so --overwrite does not "
                          "replace it; choose another --version.")
-    model = kbert.load_model(args.model)
+    model = load_model(args.model)
     text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
     try:
         # kbert.export checks the ops before the version goes live.
-        path = kbert.export(model, os.path.join(args.out, args.name), version=args.version,
-                            overwrite=args.overwrite, text_pairs=text_pairs)
+        path = export(model, os.path.join(args.out, args.name), version=args.version,
+                      overwrite=args.overwrite, text_pairs=text_pairs)
     except ValueError as error:
         if text_pairs is None and "text_pairs" in str(error):
             raise ValueError(f"{args.model} has not seen any text yet, so it is not known whether "
@@ -143,9 +144,9 @@ def _predictor(args):
     from kbert.serving import SavedModelPredictor
 
     if args.saved_model.endswith(".keras") and os.path.isfile(args.saved_model):
-        import kbert
+        from kbert.saving import load_model
 
-        return SavedModelPredictor.from_keras_model(kbert.load_model(args.saved_model), args.saved_model)
+        return SavedModelPredictor.from_keras_model(load_model(args.saved_model), args.saved_model)
     return SavedModelPredictor(args.saved_model, trust=args.trust)
 
 

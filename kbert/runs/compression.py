@@ -54,7 +54,10 @@ def distill_task(task, teacher, out, settings=None, **options):
     """
     import keras
 
-    import kbert
+    from kbert.callbacks.tensorboard import TensorBoard
+    from kbert.models.classifier import Classifier
+    from kbert.models.distiller import Distiller
+    from kbert.saving import load_model
 
     settings = DistillationSettings.from_arguments(settings, **options)
     name, info = recipe(task)
@@ -62,8 +65,8 @@ def distill_task(task, teacher, out, settings=None, **options):
         raise ValueError(f"`kbert distill` distils classifiers; {name!r} is a {info.builder} task.")
     teacher_path = teacher if isinstance(teacher, str) else None
     if teacher_path is not None:
-        teacher = kbert.load_model(teacher_path)
-    if not isinstance(teacher, kbert.Classifier):
+        teacher = load_model(teacher_path)
+    if not isinstance(teacher, Classifier):
         raise ValueError(f"The teacher must be a kbert.Classifier, got {type(teacher).__name__}.")
     task = classes_of_the_model(task, teacher)
     _start_run(out)
@@ -89,13 +92,13 @@ def distill_task(task, teacher, out, settings=None, **options):
         texts = tuple(a + b for a, b in zip(x, transfer)) if isinstance(x, tuple) else list(x) + transfer
         encoder = _layerwise(teacher, encoder, texts, settings, os.path.join(log_dir, "layerwise"),
                              epochs=settings.layerwise_epochs)
-    distiller = kbert.Distiller(teacher, encoder, temperature=settings.temperature, alpha=settings.alpha)
+    distiller = Distiller(teacher, encoder, temperature=settings.temperature, alpha=settings.alpha)
     distiller.compile(learning_rate=settings.learning_rate)
     validation = sample_examples(*load_split(task, info.fit_validation_split), settings.max_eval_examples)
     history = distiller.fit(
         x, y, unlabeled=transfer if transfer_count else None, epochs=settings.epochs,
         batch_size=settings.batch_size, verbose=settings.verbose, validation_data=validation,
-        callbacks=[kbert.callbacks.TensorBoard(log_dir=os.path.join(log_dir, "distill"), update_freq=50)],
+        callbacks=[TensorBoard(log_dir=os.path.join(log_dir, "distill"), update_freq=50)],
     )
     seconds = time.time() - start
     model = distiller.student
@@ -130,13 +133,17 @@ def prune_task(task, model, out, settings=None, **options):
     """
     import keras
 
-    import kbert
+    from kbert.callbacks.tensorboard import TensorBoard
+    from kbert.compression.head_pruning import head_importance, prune_heads
+    from kbert.compression.magnitude_pruning import MagnitudePruning
+    from kbert.compression.sparsity import sparsity
+    from kbert.saving import load_model
 
     settings = PruningSettings.from_arguments(settings, **options)
     name, info = recipe(task)
     model_path = model if isinstance(model, str) else None
     if model_path is not None:
-        model = kbert.load_model(model_path)
+        model = load_model(model_path)
     task = classes_of_the_model(task, model)
     _start_run(out)
     record = {"task": name, **_data_settings(task), "model": model_path, **_record(settings)}
@@ -146,11 +153,11 @@ def prune_task(task, model, out, settings=None, **options):
     start = time.time()
     if settings.heads:
         sample_x, sample_y = sample_examples(x, y, settings.importance_examples, settings.seed)
-        importance = kbert.compression.head_importance(model, sample_x, sample_y, batch_size=settings.batch_size)
-        model = kbert.prune_heads(model, fraction=settings.heads, importance=importance)
-    callbacks = [kbert.callbacks.TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50)]
+        importance = head_importance(model, sample_x, sample_y, batch_size=settings.batch_size)
+        model = prune_heads(model, fraction=settings.heads, importance=importance)
+    callbacks = [TensorBoard(log_dir=os.path.join(out, "tensorboard"), update_freq=50)]
     if settings.sparsity:
-        callbacks.append(kbert.MagnitudePruning(settings.sparsity, scope=settings.scope, rewind=settings.rewind))
+        callbacks.append(MagnitudePruning(settings.sparsity, scope=settings.scope, rewind=settings.rewind))
     model.compile(learning_rate=settings.learning_rate)
     validation = sample_examples(*load_split(task, info.fit_validation_split), settings.max_eval_examples)
     model.fit(x, y, epochs=settings.epochs, batch_size=settings.batch_size, verbose=settings.verbose,
@@ -160,7 +167,7 @@ def prune_task(task, model, out, settings=None, **options):
         **metrics,
         "parameters_before": parameters_before,
         "parameters": model.count_params(),
-        "sparsity": kbert.compression.sparsity(model),
+        "sparsity": sparsity(model),
         "train_seconds": seconds,
         "settings": record,
     })
@@ -233,11 +240,12 @@ def _transfer_set(all_x, size, max_examples, count, unlabeled, seed):
 
 
 def _layerwise(teacher, student, texts, settings, log_dir, steps=None, epochs=1):
-    import kbert
+    from kbert.callbacks.tensorboard import TensorBoard
+    from kbert.models.layerwise_distiller import LayerwiseDistiller
 
-    distiller = kbert.LayerwiseDistiller(teacher, student)
+    distiller = LayerwiseDistiller(teacher, student)
     distiller.compile()
-    callbacks = [kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50)]
+    callbacks = [TensorBoard(log_dir=log_dir, update_freq=50)]
     if steps:
         import tensorflow as tf
 

@@ -62,21 +62,24 @@ def run(preset="tiny", epochs=3, sequence_length=64, vocabulary_size=8000, learn
         batch_size=32, pretraining_steps=150, export_dir="saved_models", verbose=1):
     import keras
 
-    import kbert
+    from kbert.builders import classifier
+    from kbert.data.sms_spam import load_sms_spam, split_sms_spam
+    from kbert.preprocessing.vocabulary import learn_vocabulary
+    from kbert.saving import load_model
 
     keras.utils.set_random_seed(SEED)  # the same initial weights every run
     start = time.time()
-    texts, labels = kbert.data.load_sms_spam()
-    (train_texts, train_labels), (test_texts, test_labels) = kbert.data.split_sms_spam(texts, labels, seed=SEED)
+    texts, labels = load_sms_spam()
+    (train_texts, train_labels), (test_texts, test_labels) = split_sms_spam(texts, labels, seed=SEED)
     print(f"SMS Spam Collection: {len(texts)} messages, {int(np.sum(labels))} spam; "
           f"train {len(train_texts)}, held out {len(test_texts)} (fixed split, seed {SEED}).")
 
     print(f"\n1. Learning a WordPiece vocabulary ({vocabulary_size} tokens) from the training texts")
-    vocabulary = kbert.learn_vocabulary(train_texts, vocabulary_size=vocabulary_size, verbose=verbose)
+    vocabulary = learn_vocabulary(train_texts, vocabulary_size=vocabulary_size, verbose=verbose)
 
     print(f"\n2. Training BERT-{preset} from scratch ({epochs} epochs, sequence length {sequence_length})")
-    clf = kbert.classifier(preset, num_classes=2, vocabulary=vocabulary,
-                           sequence_length=sequence_length, class_names=["ham", "spam"])
+    clf = classifier(preset, num_classes=2, vocabulary=vocabulary,
+                     sequence_length=sequence_length, class_names=["ham", "spam"])
     # A model trained from scratch takes a larger step than fine-tuning one.
     clf.compile(learning_rate=learning_rate)
     clf.fit(train_texts, train_labels, batch_size=batch_size, epochs=epochs,
@@ -100,7 +103,7 @@ def run(preset="tiny", epochs=3, sequence_length=64, vocabulary_size=8000, learn
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "spam.keras")
         clf.save(path)
-        restored = kbert.load_model(path)
+        restored = load_model(path)
         same = np.allclose(restored.predict(examples, verbose=0), clf.predict(examples, verbose=0),
                            atol=1e-5)
     print(f"\n5. Saved as .keras and loaded back: {'same' if same else 'DIFFERENT'} predictions")
@@ -120,10 +123,11 @@ def run(preset="tiny", epochs=3, sequence_length=64, vocabulary_size=8000, learn
 
 def export_and_serve(clf, folder, texts):
     """Exports the model for TF Serving and calls the export from a fresh process."""
-    import kbert
+    from kbert.serving import export
+    from kbert.serving.op_allowlist import check_ops
 
-    path = kbert.export(clf, folder)
-    ops = kbert.serving.check_ops(path)
+    path = export(clf, folder)
+    ops = check_ops(path)
     print(f"\n6. Exported for TF Serving to {path}: signatures serving_default (raw text), "
           f"from_token_ids, from_tf_example; {len(ops)} op types, all in TF Serving's build")
     result = subprocess.run([sys.executable, "-c", SERVING_CLIENT, path, json.dumps(texts)],
@@ -148,23 +152,29 @@ def export_and_serve(clf, folder, texts):
 
 def pretraining_taste(steps, verbose=1):
     """Pretrains BERT-tiny briefly on one book, then asks it to fill in blanks."""
-    import kbert
+    from kbert.callbacks import standard
+    from kbert.data.paths import data_dir
+    from kbert.models.encoder import Encoder
+    from kbert.preprocessing.vocabulary import learn_vocabulary
+    from kbert.pretraining.dataset import pretraining_dataset
+    from kbert.pretraining.fill_mask import fill_mask
+    from kbert.pretraining.pretrainer import Pretrainer
 
-    corpus = [str(kbert.data.data_dir() / "gutenberg" / "pg11.txt")]
-    vocabulary = kbert.learn_vocabulary(files=corpus, vocabulary_size=2000, verbose=False)
-    data = kbert.pretraining_dataset(corpus, vocabulary=vocabulary, sequence_length=64,
-                                     batch_size=32, seed=SEED)
-    pretrainer = kbert.Pretrainer(kbert.Encoder.from_preset("tiny", vocabulary_size=len(vocabulary)))
+    corpus = [str(data_dir() / "gutenberg" / "pg11.txt")]
+    vocabulary = learn_vocabulary(files=corpus, vocabulary_size=2000, verbose=False)
+    data = pretraining_dataset(corpus, vocabulary=vocabulary, sequence_length=64,
+                               batch_size=32, seed=SEED)
+    pretrainer = Pretrainer(Encoder.from_preset("tiny", vocabulary_size=len(vocabulary)))
     pretrainer.compile(learning_rate=1e-3)
     with tempfile.TemporaryDirectory() as run_dir:
         history = pretrainer.fit(data, epochs=1, steps_per_epoch=steps, verbose=verbose,
-                                 callbacks=kbert.callbacks.standard(run_dir))
+                                 callbacks=standard(run_dir))
         tensorboard = os.path.exists(os.path.join(run_dir, "tensorboard"))
     scores = {name: float(values[-1]) for name, values in history.history.items()}
     print(f"   masked-LM accuracy {scores['mlm_accuracy']:.3f}, next-sentence accuracy "
           f"{scores['nsp_accuracy']:.3f} (training batches); TensorBoard logs "
           f"{'written' if tensorboard else 'MISSING'}")
-    fill = kbert.fill_mask(pretrainer, vocabulary=vocabulary, top_k=3)
+    fill = fill_mask(pretrainer, vocabulary=vocabulary, top_k=3)
     for text in ["alice was beginning to get very [MASK] .", "\u201cwhat a curious [MASK] !\u201d said alice ."]:
         guesses = ", ".join(f"{c['token']} {c['score']:.2f}" for c in fill(text)[0])
         print(f"   {text}  ->  {guesses}")

@@ -73,8 +73,8 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
     of attention probabilities. `lowercase` is the tokenizer's, for a
     `vocabulary` of tokens or a vocab.txt.
     """
-    import kbert
     from kbert.builders import TASK_BUILDERS
+    from kbert.data.conll import CONLL2003_LABELS
 
     name, info = recipe(task)
     sequence_length = sequence_length or info.sequence_length
@@ -83,7 +83,7 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
         arguments["doc_stride"] = min(128, sequence_length // 2)
         arguments["max_question_length"] = min(64, sequence_length // 2)
     if info.builder == "tagger" and "labels" not in arguments:
-        arguments["labels"] = list(kbert.data.CONLL2003_LABELS)
+        arguments["labels"] = list(CONLL2003_LABELS)
     if attention_dropout is not None:
         arguments["attention_dropout"] = attention_dropout
     model = TASK_BUILDERS[info.builder](
@@ -132,17 +132,18 @@ def _first_text(texts):
 
 def _write_projector(classifier, texts, labels, run_dir, batch_size):
     """The pooled [CLS] vectors of the first `PROJECTED_TEXTS` texts, which the classifier's head reads."""
-    import kbert
     from kbert.backend.distribute import remove_worker_directory, worker_directory
+    from kbert.callbacks.projector import write_projector
+    from kbert.models.embedder import Embedder
 
     count = PROJECTED_TEXTS
     texts = tuple(side[:count] for side in texts) if isinstance(texts, tuple) else texts[:count]
-    embedder = kbert.Embedder(classifier.encoder, classifier.preprocessor.packer, pooling="pooled")
+    embedder = Embedder(classifier.encoder, classifier.preprocessor.packer, pooling="pooled")
     # Every worker embeds (prediction is collective under several workers); the chief's files stay.
     target = worker_directory(run_dir)
     try:
-        kbert.callbacks.write_projector(embedder, texts, target, labels=labels[:count],
-                                        class_names=classifier.class_names, batch_size=batch_size)
+        write_projector(embedder, texts, target, labels=labels[:count],
+                        class_names=classifier.class_names, batch_size=batch_size)
     finally:
         remove_worker_directory(target, run_dir)
 
@@ -268,20 +269,24 @@ def _settings_record(task, settings, model, epochs):
 
 def _fine_tuning_callbacks(info, record, log_dir, validation_x, validation_y, batch_size):
     """`(callbacks, hparams)`: what a fine-tuning run logs for TensorBoard, its HParams logger apart."""
-    import kbert
+    from kbert.callbacks.attention_map_logger import AttentionMapLogger
+    from kbert.callbacks.confusion_matrix_logger import ConfusionMatrixLogger
+    from kbert.callbacks.hparams_logger import HParamsLogger
+    from kbert.callbacks.learning_rate_logger import LearningRateLogger
+    from kbert.callbacks.tensorboard import TensorBoard
 
-    hparams = kbert.callbacks.HParamsLogger(
+    hparams = HParamsLogger(
         log_dir, record, headline=score_name(info.eval_split, info.metric, positive_class(info)))
     callbacks = [
-        kbert.callbacks.LearningRateLogger(),
-        kbert.callbacks.TensorBoard(log_dir=log_dir, update_freq=50),
+        LearningRateLogger(),
+        TensorBoard(log_dir=log_dir, update_freq=50),
         hparams,
     ]
     if _single_label(info):
-        callbacks.append(kbert.callbacks.ConfusionMatrixLogger(
+        callbacks.append(ConfusionMatrixLogger(
             log_dir, (validation_x, validation_y), batch_size=batch_size
         ))
-        callbacks.append(kbert.callbacks.AttentionMapLogger(
+        callbacks.append(AttentionMapLogger(
             log_dir, _first_text(validation_x), sequence_length=record["sequence_length"]
         ))
     return callbacks, hparams

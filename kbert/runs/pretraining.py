@@ -18,8 +18,8 @@ def _read_or_learn_vocabulary(settings, out_dir, prepared=None, lowercase=True, 
 
     Learned from `corpus` (default `settings.corpus`) at `settings.vocabulary_size`.
     """
-    import kbert
     from kbert.preprocessing.tokenizer import read_vocabulary
+    from kbert.preprocessing.vocabulary import learn_vocabulary
 
     saved = out_dir / "vocab.txt"
     if settings.vocabulary:  # its casing checked here, so that the error names the file
@@ -32,8 +32,8 @@ def _read_or_learn_vocabulary(settings, out_dir, prepared=None, lowercase=True, 
 
     # The files the run reads: a folder's too, as the corpus names them.
     corpus = settings.corpus if corpus is None else corpus
-    return kbert.learn_vocabulary(files=corpus_files(corpus), vocabulary_size=settings.vocabulary_size,
-                                  lowercase=not settings.cased)
+    return learn_vocabulary(files=corpus_files(corpus), vocabulary_size=settings.vocabulary_size,
+                            lowercase=not settings.cased)
 
 
 def write_lines_atomically(path, lines):
@@ -73,10 +73,15 @@ def pretrain(corpus, out, settings=None, report=None, **options):
 
     import keras
 
-    import kbert
     from kbert.backend.distribute import is_chief, write_on_chief
+    from kbert.callbacks import standard
+    from kbert.callbacks.backup_and_restore import BackupAndRestore
+    from kbert.callbacks.fill_mask_logger import FillMaskLogger
     from kbert.io.atomic_files import remove_temporary_files
+    from kbert.models.encoder import Encoder
     from kbert.pretraining.dataset import prepared_folder, read_metadata
+    from kbert.pretraining.dataset import pretraining_dataset
+    from kbert.pretraining.pretrainer import Pretrainer
     from kbert.runs.pretraining_run import SETTINGS_FILE, check_same_run, corpus_identity, read_record, record_run
 
     settings = PretrainingRunSettings.from_arguments(settings, **options)
@@ -98,12 +103,12 @@ def pretrain(corpus, out, settings=None, report=None, **options):
     note = check_same_run(str(out_dir), defining, lambda: corpus_identity(corpus, prepared), settings.vocabulary)
     if note:
         report(f"note: {note}")
-    kbert.callbacks.BackupAndRestore(str(out_dir / "backup")).peek()  # a broken backup record, refused at once
+    BackupAndRestore(str(out_dir / "backup")).peek()  # a broken backup record, refused at once
     vocabulary = _read_or_learn_vocabulary(settings, out_dir, prepared, lowercase, corpus)
     sequence_length = settings.sequence_length
     if sequence_length is None and prepared is None:
         sequence_length = 128
-    data = kbert.pretraining_dataset(
+    data = pretraining_dataset(
         prepared or corpus, vocabulary=vocabulary, sequence_length=sequence_length,
         batch_size=settings.batch_size, mask_rate=settings.mask_rate, objective=settings.objective,
         whole_word_masking=settings.whole_word_masking, max_ngram=settings.max_ngram,
@@ -112,21 +117,21 @@ def pretrain(corpus, out, settings=None, report=None, **options):
     sequence_length = data.element_spec[0]["token_ids"].shape[1]
     _say_how_often_examples_repeat(data.num_examples, settings.steps_per_epoch, settings.batch_size, report)
     keras.utils.set_random_seed(settings.seed)
-    encoder = kbert.Encoder.from_preset(
+    encoder = Encoder.from_preset(
         settings.preset, vocabulary_size=len(vocabulary),
         max_sequence_length=max(512, sequence_length), **_preset_overrides(settings),
     )
-    pretrainer = kbert.Pretrainer(encoder, objective=data.objective)
+    pretrainer = Pretrainer(encoder, objective=data.objective)
     pretrainer.compile(learning_rate=settings.learning_rate,
                        gradient_accumulation_steps=settings.gradient_accumulation_steps)
     # No `.repeat()` for steps_per_epoch: `Pretrainer.fit` streams the passes
     # itself, which is what lets a resumed run continue at the exact batch.
-    callbacks = kbert.callbacks.standard(str(out_dir), save_freq=settings.backup_every)
+    callbacks = standard(str(out_dir), save_freq=settings.backup_every)
     if not recorded and is_chief():
         # First, so that its first batch's backup follows the record.
         callbacks.insert(0, _run_files_writer(out_dir, vocabulary, lambda: record_run(
             str(out_dir), defining, corpus_identity(corpus, prepared))))
-    callbacks.append(kbert.callbacks.FillMaskLogger(
+    callbacks.append(FillMaskLogger(
         str(out_dir / "tensorboard"), PRETRAIN_FILL_MASK_SENTENCES, vocabulary, lowercase=lowercase, every=100,
     ))
     try:

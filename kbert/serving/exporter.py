@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from kbert.backend.tensorflow_process import call_in_tensorflow, caller_has_ended
 from kbert.io.atomic_files import ordinary_modes, process_is_running, special_file_kind
+from kbert.saving import load_model
 from kbert.serving import op_allowlist
 from kbert.serving.serving_module import ServingModule
 
@@ -179,9 +180,7 @@ def _export_in_tensorflow(model, directory, version, overwrite, text_pairs):
 
 def export_file(arguments):
     """`export` of the `.keras` file in `arguments` (`export`'s arguments, and `model`: the file): the version's path."""
-    import kbert
-
-    model = kbert.load_model(arguments.pop("model"))
+    model = load_model(arguments.pop("model"))
     return export(model, **arguments)
 
 
