@@ -44,6 +44,9 @@ import kbert  # noqa: E402, F401
 
 FOLDER_GROUPS = ("serving", "checkpoints", "backend")
 
+# The shared harnesses, named as keras-hub names its own: a module of helpers, not of tests.
+collect_ignore = ["test_case.py"]
+
 # Tests whose model alone takes gigabytes (BERT-large: 1.3 GB of weights, 2 GB
 # while it is built): each runs in a pytest process of its own, so that memory
 # does not come on top of what its worker already holds.

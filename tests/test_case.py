@@ -92,6 +92,100 @@ def run_config_round_trip(layer, inputs):
     return restored
 
 
+def _call(layer, inputs):
+    return layer(inputs)
+
+
+def run_layer_test(layer, inputs, call=_call):
+    """The checks every kbert layer passes (keras-hub's layer harness): returns its eager outputs.
+
+    - it builds and runs eagerly, and symbolically on `keras.Input`s of the
+      same shapes (batch left open), giving outputs of the same structure,
+      shapes and dtypes;
+    - a training step reaches every trainable variable: the gradient of the
+      sum of its float outputs is finite, and not all zero, for each one;
+    - it serializes (`keras.saving.serialize_keras_object`) and comes back
+      with the same config and, given its weights, the same outputs.
+
+    `call(layer, inputs)` calls it (default `layer(inputs)`); `inputs` is any
+    structure of arrays with a batch axis.
+    """
+    from kbert.backend import gradient_function
+
+    eager = call(layer, inputs)
+    symbolic_inputs = keras.tree.map_structure(
+        lambda array: keras.Input(shape=tuple(array.shape[1:]), dtype=dtype(keras.ops.convert_to_tensor(array))),
+        inputs)
+    symbolic = call(layer, symbolic_inputs)
+    keras.tree.assert_same_structure(eager, symbolic)
+    for got, expected in zip(keras.tree.flatten(symbolic), keras.tree.flatten(eager)):
+        assert tuple(got.shape[1:]) == tuple(expected.shape[1:]) and dtype(got) == dtype(expected)
+
+    def loss():
+        outputs = keras.tree.flatten(call(layer, inputs))
+        return sum(keras.ops.sum(keras.ops.cast(output, "float32")) for output in outputs
+                   if "float" in dtype(output))
+
+    variables = layer.trainable_variables
+    assert variables, "the layer has nothing to train"
+    gradients = gradient_function(loss, variables)()
+    for variable, gradient in zip(variables, gradients):
+        assert gradient is not None, f"no gradient reaches {variable.path}"
+        values = numpy(gradient)
+        assert np.isfinite(values).all() and np.abs(values).max() > 0, f"no gradient reaches {variable.path}"
+
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(restored) is type(layer) and restored.get_config() == layer.get_config()
+    call(restored, inputs)  # built
+    restored.set_weights(layer.get_weights())
+    assert_all_close(call(restored, inputs), eager, atol=1e-5)
+    return eager
+
+
+def run_precision_test(make, inputs, call=_call, float32_outputs=(), atol=0.1):
+    """The checks every kbert layer passes under mixed precision (keras-hub's precision harness).
+
+    `make(dtype)` builds the layer for a dtype policy. Under
+    "mixed_bfloat16" its variables stay float32, it computes in bfloat16 (each
+    output is bfloat16 but those named in `float32_outputs`, such as logits),
+    its outputs are finite and within `atol` of float32's on the same
+    weights, and its config brings the policy back (the restored layer
+    computes the same bfloat16 outputs).
+    """
+    reference, mixed = make("float32"), make("mixed_bfloat16")
+    expected = call(reference, inputs)
+    call(mixed, inputs)  # built
+    mixed.set_weights(reference.get_weights())
+    assert all(dtype(variable) == "float32" for variable in mixed.weights)
+    outputs = call(mixed, inputs)
+    paths = [path for path, _ in _flatten_with_path(outputs)]
+    for path, got, want in zip(paths, keras.tree.flatten(outputs), keras.tree.flatten(expected)):
+        if "float" not in dtype(want):
+            continue
+        kind = "float32" if path and path[0] in float32_outputs else "bfloat16"
+        assert dtype(got) == kind, (path, dtype(got))
+        got = numpy(keras.ops.cast(got, "float32"))
+        assert np.isfinite(got).all(), path
+        np.testing.assert_allclose(got, numpy(want), atol=atol, err_msg=str(path))
+    restored = type(mixed).from_config(mixed.get_config())
+    call(restored, inputs)
+    restored.set_weights(mixed.get_weights())
+    again = call(restored, inputs)
+    assert [dtype(t) for t in keras.tree.flatten(again)] == [dtype(t) for t in keras.tree.flatten(outputs)]
+    as_float32 = lambda tensors: [numpy(keras.ops.cast(t, "float32")) for t in keras.tree.flatten(tensors)]  # noqa: E731
+    assert_all_close(as_float32(again), as_float32(outputs), atol=1e-6)
+    return outputs
+
+
+def _flatten_with_path(structure, path=()):
+    """`(path, leaf)` pairs in `keras.tree.flatten`'s order (dict keys sorted)."""
+    if isinstance(structure, dict):
+        return [pair for key in sorted(structure) for pair in _flatten_with_path(structure[key], (*path, key))]
+    if isinstance(structure, (list, tuple)):
+        return [pair for i, item in enumerate(structure) for pair in _flatten_with_path(item, (*path, i))]
+    return [(path, structure)]
+
+
 def run_preprocessing_equivalence(layer, inputs):
     """A preprocessing layer gives the same output eagerly, in `tf.data` and in a `tf.function`."""
     direct = layer(inputs)
@@ -194,3 +288,60 @@ def folder_state(folder):
             with open(path, "rb") as file:
                 state[os.path.relpath(path, folder)] = hashlib.sha256(file.read()).hexdigest()
     return state
+
+
+# The tiny models every test file builds
+
+
+def tiny_classifier(num_classes=2, sequence_length=12, vocabulary=TINY_VOCABULARY, architecture="bert",
+                    dropout=None, encoder_options=None, **classifier_options):
+    """A classifier on raw text of the tiny encoder (`tiny_encoder_kwargs`), with its preprocessor.
+
+    `dropout` sets the encoder's and the head's (None: their defaults);
+    `encoder_options` override the tiny encoder's arguments;
+    `classifier_options` go to `kbert.Classifier`.
+    """
+    import kbert
+
+    encoder_arguments = {**tiny_encoder_kwargs(len(vocabulary), architecture), **(encoder_options or {})}
+    if dropout is not None:
+        encoder_arguments["dropout"] = classifier_options["dropout"] = dropout
+    preprocessor = kbert.Preprocessor(kbert.Tokenizer(vocabulary), sequence_length=sequence_length)
+    return kbert.Classifier(kbert.Encoder(**encoder_arguments), num_classes=num_classes, preprocessor=preprocessor,
+                            **classifier_options)
+
+
+# The `kbert` command, as a user runs it
+
+
+def cli_refusal(capsys, *arguments):
+    """Runs `kbert ARGUMENTS...` here, which must refuse them: exit status 2, one line on stderr, nothing on stdout.
+
+    Returns the line without its `kbert COMMAND: error: ` prefix.
+    """
+    from kbert import cli
+
+    assert cli.main(list(arguments)) == 2, arguments
+    return refusal_line(capsys, arguments[0])
+
+
+def refusal_line(capsys, command):
+    """The one line of a refused `kbert COMMAND` that `capsys` caught, without its prefix; nothing else was written."""
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and not captured.out and "Traceback" not in captured.err, captured.err + captured.out
+    prefix = f"kbert {command}: error: "
+    assert lines[0].startswith(prefix), lines[0]
+    return lines[0].removeprefix(prefix)
+
+
+def run_cli_process(*arguments, kill_at_step=None, timeout=300):
+    """`kbert ARGUMENTS...` in a process of its own (`CompletedProcess`, text), killed after optimizer step `kill_at_step`."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "pretraining" / "pretraining_run.py"
+    kill = () if kill_at_step is None else ("--kill-at-step", str(kill_at_step))
+    return subprocess.run([sys.executable, str(script), "cli", *kill, *arguments],
+                          capture_output=True, text=True, timeout=timeout)

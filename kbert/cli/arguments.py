@@ -101,12 +101,24 @@ def add_run_folder_arguments(command):
     command.add_argument("--overwrite", action="store_true", help=RUN_OVERWRITE_HELP)
 
 
+def take_setting_defaults(command, kind):
+    """Gives `command` the defaults of the settings object `kind` (a dataclass), the one place a run's defaults are written.
+
+    Its flags are the settings of their names (`--batch-size` is
+    `batch_size`), so the flags declare no defaults of their own; fields
+    without a flag are left to `kind.from_flags`, which takes them as well.
+    """
+    import dataclasses
+
+    command.set_defaults(**{field.name: field.default for field in dataclasses.fields(kind)})
+
+
 def add_subset_and_seed_arguments(command, max_examples_help, seed_help):
     """`--max-examples`, `--max-eval-examples` and `--seed` of a command that trains and evaluates a run."""
     command.add_argument("--max-examples", type=positive_int, default=None, help=max_examples_help)
     command.add_argument("--max-eval-examples", type=positive_int, default=None,
                          help="evaluate on the first this many examples of the evaluation split")
-    command.add_argument("--seed", type=int, default=0, help=seed_help)
+    command.add_argument("--seed", type=int, help=seed_help)
 
 
 def folder_of_the_out_file(args):

@@ -17,6 +17,7 @@ from kbert.cli.arguments import (
     replaced_output_lock,
     run_folder_lock,
     said_as_flags,
+    take_setting_defaults,
     verbosity,
 )
 
@@ -38,56 +39,59 @@ def _add_vocabulary(commands):
 
 
 def _add_pretrain(commands):
+    from kbert.runs.pretraining_run_settings import PretrainingRunSettings
+
     pretrain = add_command(commands, "pretrain", "pretrain BERT or ALBERT (masked LM + NSP or SOP) on raw text "
                                                  "files", _pretrain, check=_check_pretrain, lock=run_folder_lock,
                            interrupted="; run the same command again to resume from the last backup.")
+    take_setting_defaults(pretrain, PretrainingRunSettings)
     pretrain.add_argument("--corpus", action="append", required=True,
                           help="text files, folders or glob patterns (repeatable), or one folder "
                                "written by `kbert prepare-pretraining`")
     pretrain.add_argument("--out", required=True,
                           help="run folder: vocab.txt, tensorboard/, checkpoints/, pretrainer.keras; "
                                "running the same command again resumes")
-    pretrain.add_argument("--preset", default="mini",
+    pretrain.add_argument("--preset",
                           help="encoder size, BERT or ALBERT (see `kbert presets`)")
-    pretrain.add_argument("--embedding-size", type=positive_int, default=None,
+    pretrain.add_argument("--embedding-size", type=positive_int,
                           help="override the preset's embedding width E (ALBERT's factorized "
                                "embeddings when below the hidden size)")
-    pretrain.add_argument("--num-groups", type=positive_int, default=None,
+    pretrain.add_argument("--num-groups", type=positive_int,
                           help="override the preset's groups of layers that share weights "
                                "(1: every layer shares one set, as ALBERT)")
     pretrain.add_argument("--vocabulary", help="vocab.txt to use (default: learn one from the corpus)")
-    pretrain.add_argument("--vocabulary-size", type=positive_int, default=30522,
+    pretrain.add_argument("--vocabulary-size", type=positive_int,
                           help="tokens of the vocabulary learned when --vocabulary is not given")
     pretrain.add_argument("--cased", action="store_true", help="keep case and accents")
-    pretrain.add_argument("--sequence-length", type=positive_int, default=None,
+    pretrain.add_argument("--sequence-length", type=positive_int,
                           help="tokens per example, [CLS] and [SEP]s included (default: 128, or "
                                "the prepared folder's)")
-    pretrain.add_argument("--batch-size", type=positive_int, default=32,
+    pretrain.add_argument("--batch-size", type=positive_int,
                           help="examples per step, across all replicas and workers")
-    pretrain.add_argument("--gradient-accumulation-steps", type=positive_int, default=None,
+    pretrain.add_argument("--gradient-accumulation-steps", type=positive_int,
                           help="update the weights every N steps with their mean gradient (N >= 2): "
                                "an effective batch N times --batch-size")
-    pretrain.add_argument("--epochs", type=positive_int, default=1, help="epochs to train")
-    pretrain.add_argument("--steps-per-epoch", type=positive_int, default=None,
+    pretrain.add_argument("--epochs", type=positive_int, help="epochs to train")
+    pretrain.add_argument("--steps-per-epoch", type=positive_int,
                           help="steps per epoch (default: one pass over the corpus)")
-    pretrain.add_argument("--learning-rate", type=positive_float, default=None,
+    pretrain.add_argument("--learning-rate", type=positive_float,
                           help="peak learning rate (default: 1e-4 for BERT-base, more for "
                                "narrower encoders)")
-    pretrain.add_argument("--mask-rate", type=open_fraction, default=0.15, help="share of tokens to predict")
-    pretrain.add_argument("--objective", choices=("nsp", "sop", "none"), default=None,
+    pretrain.add_argument("--mask-rate", type=open_fraction, help="share of tokens to predict")
+    pretrain.add_argument("--objective", choices=("nsp", "sop", "none"),
                           help=OBJECTIVE_HELP + " (default: nsp, or the prepared folder's)")
     pretrain.add_argument("--no-next-sentence", action="store_const", dest="objective", const="none",
                           help="masked LM only: the same as --objective none")
     pretrain.add_argument("--whole-word-masking", action="store_true",
                           help="mask all pieces of a word together")
-    pretrain.add_argument("--max-ngram", type=positive_int, default=1,
+    pretrain.add_argument("--max-ngram", type=positive_int,
                           help="mask spans of up to this many whole words, shorter spans more "
                                "often (ALBERT's n-gram masking: 3); 1 masks tokens one by one")
-    pretrain.add_argument("--document-boundary", choices=("file", "blank_line"), default="file",
+    pretrain.add_argument("--document-boundary", choices=("file", "blank_line"),
                           help="what ends a document: each file is one, or blank lines end them")
-    pretrain.add_argument("--backup-every", type=positive_int, default=500,
+    pretrain.add_argument("--backup-every", type=positive_int,
                           help="steps between backups (a killed run resumes from the last one)")
-    pretrain.add_argument("--seed", type=int, default=0, help="fixes pairs, order, masks and weights")
+    pretrain.add_argument("--seed", type=int, help="fixes pairs, order, masks and weights")
     add_attention_dropout_argument(pretrain)
     add_quiet_argument(pretrain)
     add_strategy_arguments(pretrain)
@@ -160,13 +164,14 @@ def _check_prepare_pretraining(args):
 
 
 def _vocabulary(args):
-    import kbert
+    from kbert.preprocessing.tokenizer import SPECIAL_TOKENS
+    from kbert.preprocessing.vocabulary import learn_vocabulary
 
-    if args.size <= len(kbert.SPECIAL_TOKENS):
-        raise ValueError(f"--size must exceed {len(kbert.SPECIAL_TOKENS)}, the special tokens; "
+    if args.size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"--size must exceed {len(SPECIAL_TOKENS)}, the special tokens; "
                          f"got {args.size}.")
-    vocabulary = kbert.learn_vocabulary(files=args.files, vocabulary_size=args.size,
-                                        lowercase=not args.cased)
+    vocabulary = learn_vocabulary(files=args.files, vocabulary_size=args.size,
+                                  lowercase=not args.cased)
     from kbert.runs.pretraining import write_lines_atomically
 
     write_lines_atomically(args.out, vocabulary)  # never a half-written vocabulary
@@ -210,12 +215,12 @@ def _prepare_pretraining(args):
 
 
 def _fill_mask(args):
-    import kbert
     from kbert.checkpoints.encoder_argument import resolve_encoder
+    from kbert.pretraining.fill_mask import fill_mask
 
     model, tokenizer = resolve_encoder(args.model, args.vocabulary, lowercase=not args.cased, heads=True,
                                        require_tokenizer=True)
-    _print_fills(kbert.fill_mask(model, tokenizer=tokenizer, top_k=args.top_k), args.texts)
+    _print_fills(fill_mask(model, tokenizer=tokenizer, top_k=args.top_k), args.texts)
 
 
 def _print_fills(fill, texts):

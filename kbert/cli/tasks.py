@@ -19,6 +19,7 @@ from kbert.cli.arguments import (
     positive_int,
     replaced_output_lock,
     run_folder_lock,
+    take_setting_defaults,
     verbosity,
 )
 
@@ -36,13 +37,15 @@ def add_conll_arguments(command):
 
 def add_commands(commands):
     from kbert.data.tfds_source import SOURCES  # plain Python: no TensorFlow
-    from kbert.runs.recipes import RECIPES
+    from kbert.runs.fine_tuning_settings import FineTuningSettings
     from kbert.runs.own_data import TASK_TYPES
+    from kbert.runs.recipes import RECIPES
 
     train = add_command(commands, "train", "fine-tune on your files or a named data set, evaluate, save", _train,
                         check=_check_train, lock=run_folder_lock,
                         interrupted="; run it again to start over (the logs so far are moved aside), or pass "
                                     "another --out.")
+    take_setting_defaults(train, FineTuningSettings)
     train.add_argument("task", nargs="?", choices=sorted(RECIPES),
                        help="a named data set and its task; or give your own files with --train")
     add_data_file_arguments(train, {
@@ -61,7 +64,7 @@ def add_commands(commands):
     train.add_argument("--validation-split", type=open_fraction, default=0.1,
                        help="without --validation: the part of --train to validate on (seeded; stratified by class "
                             "for a classifier, whole articles for questions)")
-    train.add_argument("--encoder", default="tiny",
+    train.add_argument("--encoder",
                        help="a preset (tiny ... large), a checkpoint folder or name (all-minilm-l6-v2, "
                             "a Hugging Face id such as bert-base-uncased, a keras-hub preset such as "
                             "bert_base_en_uncased), a `kbert pretrain` run folder, or a .keras file")
@@ -71,20 +74,20 @@ def add_commands(commands):
                        help="keep case and accents: the vocabulary (--vocabulary, or a pretraining "
                             "run's vocab.txt) is cased")
     add_run_folder_arguments(train)
-    train.add_argument("--epochs", type=positive_int, default=None,
+    train.add_argument("--epochs", type=positive_int,
                        help="epochs to train (default: 3, or more on a small data set: at least 400 "
                             "updates, at most 20 epochs)")
-    train.add_argument("--batch-size", type=positive_int, default=32,
+    train.add_argument("--batch-size", type=positive_int,
                        help="examples per step, across all replicas and workers")
-    train.add_argument("--sequence-length", type=positive_int, default=None,
+    train.add_argument("--sequence-length", type=positive_int,
                        help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
-    train.add_argument("--learning-rate", type=positive_float, default=None,
+    train.add_argument("--learning-rate", type=positive_float,
                        help="peak learning rate (default: 5e-5 for BERT-base, more for smaller "
                             "encoders)")
     add_subset_and_seed_arguments(train, "fine-tune on a seeded random subset of this many training examples",
                                   "fixes the subset, order and weights")
     add_attention_dropout_argument(train)
-    train.add_argument("--source", choices=SOURCES, default="local",
+    train.add_argument("--source", choices=SOURCES,
                        help="local: the canonical files (offline); tfds: TensorFlow Datasets "
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")
     add_quiet_argument(train)
@@ -195,14 +198,14 @@ def print_saved(out):
 
 
 def _evaluate(args):
-    import kbert
     from kbert.io.atomic_files import json_text, remove_temporary_files, write_atomically, write_text
     from kbert.runs.fine_tuning import evaluate_task
+    from kbert.saving import load_model
 
     if args.out:  # under --out's lock: what a killed evaluate left beside it
         directory, name = os.path.split(os.path.abspath(args.out))
         remove_temporary_files(directory, [name])
-    model = kbert.load_model(args.model)
+    model = load_model(args.model)
     task = args.task
     if args.data is not None:
         from kbert.runs.own_data import read_evaluation_data

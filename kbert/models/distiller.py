@@ -12,6 +12,7 @@ from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.distillation_loss import distillation_loss
 from kbert.io.atomic_files import SavesAtomically
 from kbert.models.classifier import Classifier
+from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
 from kbert.models.optimization import (
@@ -29,7 +30,7 @@ UNLABELED = -1
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
+class Distiller(SavesAtomically, MultiWorkerFit, ConstructorConfig, keras.Model):
     """Trains a small student task model to do what a fine-tuned teacher does.
 
     Task distillation (Hinton et al., 2015; DistilBERT, Sanh et al., 2019):
@@ -343,18 +344,14 @@ class Distiller(SavesAtomically, MultiWorkerFit, keras.Model):
     # --- Config ---------------------------------------------------------------------
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
+        config = super().get_config()
+        config.update({
             "teacher": keras.saving.serialize_keras_object(self.teacher),
             "student": keras.saving.serialize_keras_object(self.student),
             "temperature": self.temperature,
             "alpha": self.alpha,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        })
+        return config
 
 
 def check_teacher(teacher):

@@ -7,6 +7,7 @@ import keras_hub
 
 from kbert.backend import LayersBeforeInit
 from kbert.io.atomic_files import SavesAtomically
+from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder_arguments import check_encoder_arguments, checked_heads_per_layer, layer_block_indices
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.models.presets import preset_config
@@ -37,7 +38,7 @@ def bert_initializer():
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
+class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model):
     """BERT's bidirectional Transformer encoder (Devlin et al., 2019).
 
     Token, segment and learned position embeddings are summed, normalised
@@ -403,9 +404,8 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
         return layers
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
+        config = super().get_config()
+        config.update({
             "dtype": keras.saving.serialize_keras_object(self.layer_dtype_policy),
             "vocabulary_size": self.vocabulary_size,
             "num_layers": self.num_layers,
@@ -421,11 +421,5 @@ class Encoder(SavesAtomically, LayersBeforeInit, keras.Model):
             "num_inner_repetitions": self.num_inner_repetitions,
             "activation": self.activation,
             "heads_per_layer": None if self.heads_per_layer is None else list(self.heads_per_layer),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        })
+        return config

@@ -11,6 +11,7 @@ from kbert.compression.layer_mapping import (
     masked_mean_squared_error,
 )
 from kbert.io.atomic_files import SavesAtomically
+from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.models.optimization import (
     batches_trained,
@@ -25,7 +26,7 @@ PARTS = ("embedding_loss", "hidden_loss", "attention_loss")
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
+class LayerwiseDistiller(SavesAtomically, UntrackedStepState, ConstructorConfig, keras.Model):
     """Trains a student encoder to compute what a teacher encoder computes, layer by layer.
 
     TinyBERT's Transformer distillation (Jiao et al., 2020): on raw text
@@ -336,9 +337,8 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
     # --- Config ----------------------------------------------------------------
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
+        config = super().get_config()
+        config.update({
             "teacher": keras.saving.serialize_keras_object(self.teacher),
             "student": keras.saving.serialize_keras_object(self.student),
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
@@ -346,11 +346,8 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, keras.Model):
             "embeddings": self.embeddings,
             "hidden_states": self.hidden_states,
             "attention": self.attention,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        })
+        return config
 
 
 def _project(projection, states):

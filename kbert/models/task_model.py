@@ -12,6 +12,7 @@ from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.io.atomic_files import SavesAtomically
 from kbert.io.progress_bar import progress_bar
+from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder import Encoder, bert_initializer
 from kbert.models.optimization import (
     batches_trained,
@@ -20,7 +21,6 @@ from kbert.models.optimization import (
     start_schedule_window,
     with_loss_scaling,
 )
-
 
 
 class FreezesUnusedPooler:
@@ -56,7 +56,8 @@ class FreezesUnusedPooler:
 
 
 class TaskModel(
-    SavesAtomically, UntrackedStepState, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model
+    SavesAtomically, UntrackedStepState, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, ConstructorConfig,
+    keras.Model,
 ):
     """A functional Keras model on a `kbert.Encoder`, with its task preprocessor attached.
 
@@ -271,17 +272,13 @@ class TaskModel(
             self.optimizer.build(self.trainable_variables)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
+        config = super().get_config()
+        config.update({
             "encoder": keras.saving.serialize_keras_object(self.encoder),
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
             "keep_sparsity": self.keep_sparsity,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        })
+        return config
 
 
 def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settings):

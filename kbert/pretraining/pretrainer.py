@@ -9,6 +9,7 @@ from kbert.backend.model_inputs import known_steps
 from kbert.backend.tensorflow_support import is_tf_dataset
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.io.atomic_files import SavesAtomically
+from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder import Encoder, bert_initializer, gelu_approximate
 from kbert.models.optimization import batches_trained, bert_adamw, start_schedule_window, with_loss_scaling
 from kbert.models.task_model import FreezesUnusedPooler
@@ -32,7 +33,8 @@ def default_pretraining_learning_rate(hidden_dim):
 
 @keras.saving.register_keras_serializable(package="kbert")
 class Pretrainer(
-    SavesAtomically, UntrackedStepState, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, keras.Model
+    SavesAtomically, UntrackedStepState, LayersBeforeInit, MultiWorkerFit, FreezesUnusedPooler, ConstructorConfig,
+    keras.Model,
 ):
     """Pretrains a `kbert.Encoder` as BERT does (masked LM plus next-sentence prediction) or as ALBERT does (sentence order).
 
@@ -342,17 +344,13 @@ class Pretrainer(
                            callbacks=callbacks, **kwargs)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
+        config = super().get_config()
+        config.update({
             "encoder": keras.saving.serialize_keras_object(self.encoder),
             "objective": self.objective,
             "keep_sparsity": self.keep_sparsity,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        })
+        return config
 
 
 def _find_backup(callbacks):

@@ -14,8 +14,9 @@ from kbert.data.labelled_file import (
     label_scores,
     read_labelled_file,
 )
+from kbert.runs.run_settings import SettingError
 
-# The sequence length of a run on files unless --sequence-length says otherwise.
+# The sequence length of a run on files unless `sequence_length` says otherwise.
 FILE_SEQUENCE_LENGTH = 128
 
 
@@ -233,10 +234,10 @@ def read_file_data(train, validation=None, test=None, columns=None, labels=None,
         label_lists(train_examples, class_names)
     else:
         if label_kind(train_examples.labels) != "classification":
-            raise ValueError(f"{train}: its labels are lists or fractional numbers; train them with --task-type "
-                             f"{label_kind(train_examples.labels)}, not {task_type}.")
+            raise SettingError(f"{train}: its labels are lists or fractional numbers; train them with `task_type` "
+                               f"{label_kind(train_examples.labels)}, not {task_type}.", ["task_type"])
         class_names = _class_names(train, labels, class_names_of(train_examples.labels))
-        label_ids(train_examples, class_names)  # a label outside --labels is named with its line
+        label_ids(train_examples, class_names)  # a label outside `labels` is named with its line
     if validation is not None:
         validation_examples, fraction = read_labelled_file(validation, **columns), None
         train_part = train_examples
@@ -408,8 +409,8 @@ def read_evaluation_file(path, model, columns=None):
         getattr(model, "problem_type", "single_label")]
     class_names = getattr(model, "class_names", None)
     if not class_names and task_type != "regression":
-        raise ValueError(f"{path}: the model has no class names, so the file's labels cannot be matched to its "
-                         "classes; score it on a named data set with --task.")
+        raise SettingError(f"{path}: the model has no class names, so the file's labels cannot be matched to its "
+                           "classes; score it on a named data set with `task`.", ["task"])
     examples = read_labelled_file(path, **(columns or {}))
     data = FileData(None, None, examples, None if task_type == "regression" else list(class_names), None, 0,
                     task_type)

@@ -7,8 +7,8 @@ schedule, seed), what the corpus was (each text file's
 path and size, or a prepared folder's `metadata.json` and `vocab.txt`,
 by sha256) and the sha256 of `DIR/vocab.txt`. Every later `kbert pretrain`
 of `DIR` (a resume after a kill, or a run again after the end) must be the
-same run: `check_same_run` refuses, in one line naming the flag, a setting
-that differs, another corpus, another `--vocabulary`, or a `vocab.txt`
+same run: `check_same_run` refuses, in one line naming the setting, a setting
+that differs, another corpus, another `vocabulary`, or a `vocab.txt`
 edited in the folder, before anything is read or learned.
 
 Run folders of kbert versions before the record resume as before, with a
@@ -22,33 +22,20 @@ import os
 
 from kbert.io.atomic_files import json_text, write_atomically, write_text
 from kbert.runs.own_data import sha256_of
+from kbert.runs.run_settings import SettingError
 
 SETTINGS_FILE = "settings.json"
 VOCABULARY_FILE = "vocab.txt"
 FORMAT = "kbert-pretraining-run/1"
 
-# The settings that define a run, in the order they are checked, with the
-# flag that sets each. `lowercase` is said as `--cased`, its opposite.
+# The settings that define a run, in the order they are checked, as its
+# record names them. The record's `lowercase` is the setting `cased`, its opposite.
 DEFINING = (
-    ("preset", "--preset"),
-    ("embedding_size", "--embedding-size"),
-    ("num_groups", "--num-groups"),
-    ("attention_dropout", "--attention-dropout"),
-    ("objective", "--objective"),
-    ("sequence_length", "--sequence-length"),
-    ("lowercase", "--cased"),
-    ("vocabulary_size", "--vocabulary-size"),
-    ("batch_size", "--batch-size"),
-    ("gradient_accumulation_steps", "--gradient-accumulation-steps"),
-    ("epochs", "--epochs"),
-    ("steps_per_epoch", "--steps-per-epoch"),
-    ("learning_rate", "--learning-rate"),
-    ("mask_rate", "--mask-rate"),
-    ("whole_word_masking", "--whole-word-masking"),
-    ("max_ngram", "--max-ngram"),
-    ("document_boundary", "--document-boundary"),
-    ("seed", "--seed"),
+    "preset", "embedding_size", "num_groups", "attention_dropout", "objective", "sequence_length", "lowercase",
+    "vocabulary_size", "batch_size", "gradient_accumulation_steps", "epochs", "steps_per_epoch", "learning_rate",
+    "mask_rate", "whole_word_masking", "max_ngram", "document_boundary", "seed",
 )
+_SETTING = {"lowercase": "cased"}
 # Settings that apply to some runs only (`None` where they do not: the
 # vocabulary's size where it was not learned, the document boundary of a
 # prepared corpus): compared where both runs have them.
@@ -61,7 +48,13 @@ _UNSET = {
     "gradient_accumulation_steps": "none",
     "steps_per_epoch": "one pass over the corpus",
 }
-_NEW_RUN = "to resume, give this run's settings again; to start a new run, choose another --out"
+_NEW_RUN = "to resume, give this run's settings again; to start a new run, choose another `out`"
+_PUT_BACK = "Put the run's back, or choose another `out` to start a new run."
+
+
+def _refusal(message, *names):
+    """A refusal naming settings (and `pretrain`'s `out`, `corpus`, `vocabulary`) in backticks, which the command says as flags."""
+    return SettingError(message, ["out", *names])
 
 
 def corpus_identity(corpus, prepared=None):
@@ -91,16 +84,16 @@ def read_record(out):
     except FileNotFoundError:
         return None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not the JSON that kbert pretrain writes ({error}); it was cut short or edited. "
-                         f"Put the run's back, or choose another --out to start a new run.") from None
+        raise _refusal(f"{path}: not the JSON that kbert pretrain writes ({error}); it was cut short or edited. "
+                       + _PUT_BACK) from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         found = record.get("format") if isinstance(record, dict) else None
-        raise ValueError(f"{path} is not a settings record of kbert pretrain (format {found!r}, not {FORMAT!r}); "
-                         "choose another --out to start a new run.")
+        raise _refusal(f"{path} is not a settings record of kbert pretrain (format {found!r}, not {FORMAT!r}); "
+                       "choose another `out` to start a new run.")
     for key, kind in (("settings", dict), ("corpus", dict), ("vocabulary_sha256", str)):
         if not isinstance(record.get(key), kind):
-            raise ValueError(f"{path}: the key {key!r} is missing or is not a {kind.__name__}; it was edited. "
-                             "Put the run's back, or choose another --out to start a new run.")
+            raise _refusal(f"{path}: the key {key!r} is missing or is not a {kind.__name__}; it was edited. "
+                           + _PUT_BACK)
     return record
 
 
@@ -114,18 +107,18 @@ def check_same_run(out, settings, corpus, vocabulary=None):
         corpus: a function that gives this command's `corpus_identity`
             (called only where there is a record to compare it with, so that
             a missing corpus is reported by the reader, in its words).
-        vocabulary: the `--vocabulary` path given, or None.
+        vocabulary: the `vocabulary` path given, or None.
 
     Returns:
         A line to show where `out` holds a backup of a run of an earlier
         kbert, which recorded no settings; None otherwise.
 
     Raises:
-        ValueError: in one line: the first setting that differs from the
-            record, naming its flag and both values; a corpus other than the
-            run's; a `--vocabulary` other than the folder's `vocab.txt` (with
-            or without a record); a `vocab.txt` other than the one the run
-            began with.
+        SettingError: in one line, its settings in backticks: the first
+            setting that differs from the record, with both values; a corpus
+            other than the run's; a `vocabulary` other than the folder's
+            `vocab.txt` (with or without a record); a `vocab.txt` other than
+            the one the run began with.
     """
     path = os.path.join(out, SETTINGS_FILE)
     saved_vocabulary = os.path.join(out, VOCABULARY_FILE)
@@ -134,18 +127,19 @@ def check_same_run(out, settings, corpus, vocabulary=None):
         _check_settings(record["settings"], settings, path)
         _check_corpus(record["corpus"], corpus(), path)
         if not os.path.isfile(saved_vocabulary):
-            raise ValueError(f"{saved_vocabulary}, this run's vocabulary, is missing ({path} records its sha256): "
-                             "put it back; to start a new run, choose another --out.")
+            raise _refusal(f"{saved_vocabulary}, this run's vocabulary, is missing ({path} records its sha256): "
+                           "put it back; to start a new run, choose another `out`.")
         if sha256_of(saved_vocabulary) != record["vocabulary_sha256"]:
-            raise ValueError(f"{saved_vocabulary} is not the vocabulary this run began with (its sha256 differs from "
-                             f"the one {path} records): it was edited or replaced, and the model's token ids are "
-                             "of the run's; put that back; to start a new run, choose another --out.")
+            raise _refusal(f"{saved_vocabulary} is not the vocabulary this run began with (its sha256 differs from "
+                           f"the one {path} records): it was edited or replaced, and the model's token ids are "
+                           "of the run's; put that back; to start a new run, choose another `out`.")
     if vocabulary is not None and os.path.isfile(saved_vocabulary):
         from kbert.preprocessing.tokenizer import read_vocabulary
 
         if read_vocabulary(vocabulary) != read_vocabulary(saved_vocabulary):
-            raise ValueError(f"--vocabulary {vocabulary} differs from {saved_vocabulary}, the vocabulary of the run "
-                             f"in {out}; {_NEW_RUN} (or leave --vocabulary out: a resume reads the run's).")
+            raise _refusal(f"`vocabulary` {vocabulary} differs from {saved_vocabulary}, the vocabulary of the run "
+                           f"in {out}; {_NEW_RUN} (or leave `vocabulary` out: a resume reads the run's).",
+                           "vocabulary")
     if record is None and os.path.exists(os.path.join(out, "backup", "training_metadata.json")):
         return (f"{out} records no settings (a run of an earlier kbert version): it resumes without a check that "
                 f"this command's settings are the run's, which it records in {path} for later resumes.")
@@ -165,16 +159,16 @@ def record_run(out, settings, corpus):
 
 
 def _check_settings(recorded, settings, path):
-    for name, flag in DEFINING:
+    for name in DEFINING:
         if name not in recorded:
-            raise ValueError(f"{path}: the key {name!r} is missing; it was edited. Put the run's back, or choose "
-                             "another --out to start a new run.")
+            raise _refusal(f"{path}: the key {name!r} is missing; it was edited. {_PUT_BACK}")
         old, new = recorded[name], settings[name]
         if name in _WHERE_USED and (old is None or new is None):
             continue
         if not _same(old, new):
-            raise ValueError(f"{flag} {_value(name, new)} differs from this run's {_value(name, old)} ({path} "
-                             f"records the run's settings); {_NEW_RUN}.")
+            setting = _SETTING.get(name, name)
+            raise _refusal(f"`{setting}` {_value(name, new)} differs from this run's {_value(name, old)} ({path} "
+                           f"records the run's settings); {_NEW_RUN}.", setting)
 
 
 def _same(old, new):
@@ -186,7 +180,7 @@ def _same(old, new):
 
 
 def _value(name, value):
-    if name == "lowercase":  # said as --cased, its opposite
+    if name == "lowercase":  # said as `cased`, its opposite
         value = not value
     if isinstance(value, bool):
         return "(given)" if value else "(not given)"
@@ -199,7 +193,7 @@ def _value(name, value):
 
 def _check_corpus(recorded, corpus, path):
     def differs(what):
-        return ValueError(f"--corpus {what} ({path} records the run's corpus); {_NEW_RUN}.")
+        return _refusal(f"`corpus` {what} ({path} records the run's corpus); {_NEW_RUN}.", "corpus")
 
     if "prepared" in recorded or "prepared" in corpus:
         if "prepared" not in corpus:

@@ -10,12 +10,11 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import kbert
-from kbert import cli
 from kbert.checkpoints.checkpoint_files import CheckpointError
 from kbert.checkpoints.encoder_weights import encoder_tensors
 from kbert.checkpoints.huggingface import huggingface_config
 from tests.checkpoints.test_loading import write_google_checkpoint
-from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
+from tests.test_case import TINY_VOCABULARY, cli_refusal, tiny_encoder_kwargs
 
 _DELETE = object()
 
@@ -63,14 +62,6 @@ def load_error(folder):
     return error.value
 
 
-def cli_error(capsys, *arguments):
-    """The one line `kbert` prints for a failed command (exit status 2, no traceback)."""
-    assert cli.main(list(arguments)) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err.strip()
-
-
 # Through the CLI, where a user meets them.
 def test_cli_names_a_truncated_weights_file(bert_folder, capsys):
     weights = os.path.join(bert_folder, "model.safetensors")
@@ -78,14 +69,14 @@ def test_cli_names_a_truncated_weights_file(bert_folder, capsys):
         data = f.read()
     with open(weights, "wb") as f:
         f.write(data[: len(data) // 2])
-    message = cli_error(capsys, "fill-mask", str(bert_folder), "the [MASK] sat")
-    assert message.startswith(f"kbert fill-mask: error: {weights}: not a readable safetensors file")
+    message = cli_refusal(capsys, "fill-mask", str(bert_folder), "the [MASK] sat")
+    assert message.startswith(f"{weights}: not a readable safetensors file")
 
 
 def test_cli_names_the_config_key_that_is_not_a_number(bert_folder, tmp_path, capsys):
     config = edit_config(bert_folder, num_hidden_layers="two")
-    message = cli_error(capsys, "train", "sst2", "--encoder", str(bert_folder), "--out", str(tmp_path / "run"))
-    assert message == f"kbert train: error: {config}: num_hidden_layers must be a positive integer, found 'two'."
+    message = cli_refusal(capsys, "train", "sst2", "--encoder", str(bert_folder), "--out", str(tmp_path / "run"))
+    assert message == f"{config}: num_hidden_layers must be a positive integer, found 'two'."
     assert not (tmp_path / "run").exists()
 
 
@@ -94,8 +85,8 @@ def test_cli_refuses_a_tensor_of_nan(bert_folder, capsys):
         tensors["encoder.layer.1.attention.self.key.weight"][0, :3] = np.nan
 
     weights = edit_tensors(bert_folder, poison)
-    message = cli_error(capsys, "fill-mask", str(bert_folder), "the [MASK] sat")
-    assert message.startswith(f"kbert fill-mask: error: {weights}: tensor encoder.layer.1.attention.self.key.weight")
+    message = cli_refusal(capsys, "fill-mask", str(bert_folder), "the [MASK] sat")
+    assert message.startswith(f"{weights}: tensor encoder.layer.1.attention.self.key.weight")
     assert "3 of 256 values NaN or infinite" in message
 
 
@@ -216,8 +207,8 @@ def test_wrong_head_shapes_name_the_file(bert_folder, capsys):
         tensors["cls.seq_relationship.weight"] = np.zeros((3, 16), "float32")
 
     path = edit_tensors(bert_folder, edit)
-    message = cli_error(capsys, "fill-mask", str(bert_folder), "the [MASK] sat")
-    assert message == (f"kbert fill-mask: error: {path}: the pretraining heads do not fit: "
+    message = cli_refusal(capsys, "fill-mask", str(bert_folder), "the [MASK] sat")
+    assert message == (f"{path}: the pretraining heads do not fit: "
                        "cls.seq_relationship.weight has shape (3, 16); next_sentence_head/kernel has (16, 2).")
 
 
@@ -289,8 +280,8 @@ def edit_serialized(folder, name, **changes):
 
 def test_cli_refuses_a_keras_hub_tokenizer_that_names_a_path(preset_folder, tmp_path, capsys):
     path = edit_serialized(preset_folder, "tokenizer.json", vocabulary="/etc/hostname")
-    message = cli_error(capsys, "train", "sst2", "--encoder", preset_folder, "--out", str(tmp_path / "run"))
-    assert message.startswith(f"kbert train: error: {path}: vocabulary is '/etc/hostname'; kbert reads a "
+    message = cli_refusal(capsys, "train", "sst2", "--encoder", preset_folder, "--out", str(tmp_path / "run"))
+    assert message.startswith(f"{path}: vocabulary is '/etc/hostname'; kbert reads a "
                               "keras-hub preset's tokenizer from the preset's own assets")
 
 

@@ -5,6 +5,7 @@ from kbert import cli
 from kbert.runs.pretraining import PRETRAIN_FILL_MASK_SENTENCES
 from tests.callbacks.event_files import scalars, texts
 from tests.pretraining.pretraining_run import VOCABULARY, write_corpus
+from tests.test_case import run_cli_process
 
 
 def test_presets_lists_the_paper_parameter_counts(capsys):
@@ -282,18 +283,6 @@ def test_export_writes_versions_that_predict_reads(tmp_path, capsys):
     assert len(lines) == 2 and all('"labels"' in line for line in lines)
 
 
-def run_cli(*arguments, kill_at_step=None):
-    """`kbert ARGUMENTS...` in a process of its own, killed after optimizer step `kill_at_step`."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent.parent / "pretraining" / "pretraining_run.py"
-    kill = () if kill_at_step is None else ("--kill-at-step", str(kill_at_step))
-    return subprocess.run([sys.executable, str(script), "cli", *kill, *arguments],
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("model", [[], ["--objective", "sop", *TINY_ALBERT]], ids=["bert-nsp", "albert-sop"])
 def test_pretrain_killed_after_a_backup_resumes_exactly(tmp_path, model):
@@ -309,16 +298,16 @@ def test_pretrain_killed_after_a_backup_resumes_exactly(tmp_path, model):
         return pretrain_arguments(tmp_path / "corpus", tmp_path / out) + model + [
             "--steps-per-epoch", "30", "--epochs", "2", "--backup-every", "10"]
 
-    killed = run_cli(*arguments("run"), kill_at_step=53)
+    killed = run_cli_process(*arguments("run"), kill_at_step=53)
     assert killed.returncode == -signal.SIGKILL
     backup = json.loads((tmp_path / "run" / "backup" / "training_metadata.json").read_text())
     assert (backup["step"], backup["epoch"], backup["batches_done"]) == (50, 1, 20)
 
-    resumed = run_cli(*arguments("run"))
+    resumed = run_cli_process(*arguments("run"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stdout.count("Resuming from the backup") == 1
     assert "at step 50 (epoch 2, 20 batch(es) into it)." in resumed.stdout
-    straight = run_cli(*arguments("straight"))
+    straight = run_cli_process(*arguments("straight"))
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert "Resuming" not in straight.stdout
 

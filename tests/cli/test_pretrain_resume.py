@@ -8,6 +8,7 @@ import kbert
 from kbert import cli
 from tests.cli.test_cli import pretrain_arguments
 from tests.pretraining.pretraining_run import VOCABULARY, write_corpus
+from tests.test_case import refusal_line
 
 
 class InterruptAfterStep(keras.callbacks.Callback):
@@ -20,15 +21,6 @@ class InterruptAfterStep(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if int(self.model.optimizer.iterations.numpy()) == self.step:
             raise KeyboardInterrupt
-
-
-def error_line(capsys):
-    """The one line a refused command wrote; nothing else on stderr or stdout."""
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and not captured.out, captured.err + captured.out
-    assert lines[0].startswith("kbert pretrain: error: ")
-    return lines[0].removeprefix("kbert pretrain: error: ")
 
 
 def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
@@ -66,24 +58,24 @@ def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path, capsys, m
     }
     for flags, expected in refusals.items():
         assert cli.main(arguments + list(flags)) == 2, flags
-        line = error_line(capsys)
+        line = refusal_line(capsys, "pretrain")
         assert line.startswith(expected), line
         assert "to start a new run, choose another --out" in line
     # The run's own learning rate, given, is no other setting; its vocabulary size is.
     assert cli.main(arguments + ["--learning-rate", "0.0006", "--vocabulary-size", "61"]) == 2
-    assert error_line(capsys).startswith(f"--vocabulary-size 61 differs from this run's 60 {settings}")
+    assert refusal_line(capsys, "pretrain").startswith(f"--vocabulary-size 61 differs from this run's 60 {settings}")
 
     # A vocab.txt edited in the run folder, and a corpus file changed.
     vocabulary = (out / "vocab.txt").read_text()
     (out / "vocab.txt").write_text(vocabulary + "extra\n")
     assert cli.main(arguments) == 2
-    assert error_line(capsys).startswith(f"{out / 'vocab.txt'} is not the vocabulary this run began with")
+    assert refusal_line(capsys, "pretrain").startswith(f"{out / 'vocab.txt'} is not the vocabulary this run began with")
     (out / "vocab.txt").write_text(vocabulary)
     document = tmp_path / "corpus" / "doc0.txt"
     text = document.read_text()
     document.write_text(text + "the cat sat .\n")
     assert cli.main(arguments) == 2
-    assert error_line(capsys).startswith(f"--corpus gives {document} of {len(text) + 14:,} bytes, which was "
+    assert refusal_line(capsys, "pretrain").startswith(f"--corpus gives {document} of {len(text) + 14:,} bytes, which was "
                                          f"{len(text):,} when this run read it")
     document.write_text(text)
     assert json.loads(backup.read_text())["step"] == 2  # nothing was trained, or backed up
@@ -113,7 +105,7 @@ def test_a_damaged_prepared_corpus_is_named_in_one_line(tmp_path, capsys):
     # Cut short: refused before anything is built or trained.
     shard.write_bytes(data[:-10])
     assert pretrain() == 2
-    assert error_line(capsys) == (f"{shard} is {len(data) - 10:,} bytes, and {prepared / 'metadata.json'} records "
+    assert refusal_line(capsys, "pretrain") == (f"{shard} is {len(data) - 10:,} bytes, and {prepared / 'metadata.json'} records "
                                   f"{len(data):,}: the shard was cut short, and would give other pairs than the "
                                   "folder's; prepare the corpus again.")
     assert not (tmp_path / "run").exists()

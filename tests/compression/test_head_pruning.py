@@ -13,6 +13,7 @@ from tests.test_case import (
     assert_array_equal,
     numpy,
     run_task_test,
+    tiny_classifier,
     tiny_encoder_kwargs,
     TINY_VOCABULARY,
 )
@@ -24,11 +25,9 @@ TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!
 LABELS = [1, 0, 1, 0]
 
 
-def tiny_classifier(num_heads=4, dropout=0.0, **encoder_kwargs):
-    """Two layers of `num_heads` heads of size 16 / `num_heads`; no dropout, so that outputs compare."""
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=12)
-    kwargs = {**tiny_encoder_kwargs(), "num_heads": num_heads, "dropout": dropout, **encoder_kwargs}
-    return kbert.Classifier(kbert.Encoder(**kwargs), num_classes=2, preprocessor=preprocessor, dropout=dropout)
+def four_head_classifier(dropout=0.0):
+    """Two layers of 4 heads of size 16 / 4; no dropout, so that outputs compare."""
+    return tiny_classifier(dropout=dropout, encoder_options={"num_heads": 4})
 
 
 def encoder_inputs():
@@ -86,7 +85,7 @@ def test_importance_is_the_loss_derivative_in_each_heads_scale():
     # Finite differences of the loss when head h's output kernel slice (its
     # output) is scaled by 1 +- eps; one batch, so the importance is |dL/dxi_h|.
     keras.utils.set_random_seed(1)
-    model = tiny_classifier()
+    model = four_head_classifier()
     importance = head_importance(model, TEXTS, LABELS, batch_size=len(TEXTS), normalize=False)
     assert importance.shape == (2, 4)
     (features, labels), = list(task_dataset(model.preprocessor, TEXTS, LABELS, batch_size=len(TEXTS)))
@@ -111,13 +110,13 @@ def test_importance_is_the_loss_derivative_in_each_heads_scale():
 
 
 def test_normalized_importance_has_unit_norm_per_layer():
-    importance = head_importance(tiny_classifier(), TEXTS, LABELS)
+    importance = head_importance(four_head_classifier(), TEXTS, LABELS)
     assert_allclose(np.linalg.norm(importance, axis=1), [1.0, 1.0], rtol=1e-6)
 
 
 def test_a_silent_head_has_no_importance_and_goes_first():
     keras.utils.set_random_seed(2)
-    model = tiny_classifier()
+    model = four_head_classifier()
     kernel = output_kernel(model.encoder, 1)
     silenced = numpy(kernel)
     silenced[2] = 0
@@ -136,7 +135,7 @@ def test_a_silent_head_has_no_importance_and_goes_first():
 
 def test_pruned_computes_what_masked_computes():
     keras.utils.set_random_seed(3)
-    model = tiny_classifier()
+    model = four_head_classifier()
     # Logits of order 1 (not BERT's initial 1e-3), so that 1e-5 is a close comparison.
     model.output_dense.kernel.assign(model.output_dense.kernel * 300)
     heads = {0: [0, 3], 1: [1]}
@@ -178,7 +177,7 @@ def test_pruned_encoder_computes_what_masked_computes_and_has_fewer_weights():
 
 def test_pruned_classifier_trains_saves_and_exports(tmp_path):
     keras.utils.set_random_seed(4)
-    model = tiny_classifier(dropout=0.1)
+    model = four_head_classifier(dropout=0.1)
     model.compile(learning_rate=1e-3)
     pruned = prune_heads(model, fraction=0.5, x=TEXTS, y=LABELS)
     assert sum(pruned.encoder.heads_per_layer) == 4
@@ -217,7 +216,7 @@ def test_bad_heads_are_named(heads, message):
 
 
 def test_bad_requests_are_named():
-    model = tiny_classifier()
+    model = four_head_classifier()
     with pytest.raises(ValueError, match="either `heads`"):
         prune_heads(model, {0: [0]}, fraction=0.5)
     with pytest.raises(ValueError, match="either `heads`"):

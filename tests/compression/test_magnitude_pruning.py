@@ -11,10 +11,10 @@ from kbert.compression.sparsity import prunable_kernels
 from tests.callbacks.event_files import scalars
 from tests.test_case import (
     BACKEND,
-    TINY_VOCABULARY,
     assert_allclose,
     assert_array_equal,
     numpy,
+    tiny_classifier,
     tiny_encoder_kwargs,
 )
 
@@ -27,16 +27,11 @@ LABELS = [1, 0, 1, 0] * 2
 BATCH_SIZE = 2
 
 
-def tiny_classifier():
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 8)
-    return kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2, preprocessor=preprocessor)
-
-
 @pytest.fixture(scope="module")
 def shared():
     """One classifier and its initial weights: tests reset it rather than build (and trace) their own."""
     keras.utils.set_random_seed(1)
-    model = tiny_classifier()
+    model = tiny_classifier(sequence_length=8)
     return model, model.get_weights()
 
 
@@ -263,7 +258,7 @@ def test_rewinding_keeps_the_mask_and_the_weights_before_fit(model):
 
 
 def test_rewinding_to_given_weights(model, tmp_path):
-    other = tiny_classifier()
+    other = tiny_classifier(sequence_length=8)
     weights_file, model_file = str(tmp_path / "start.weights.h5"), str(tmp_path / "start.keras")
     other.save_weights(weights_file)
     other.save(model_file)

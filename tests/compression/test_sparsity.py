@@ -4,16 +4,10 @@ import pytest
 
 import kbert
 from kbert.compression.sparsity import KERNEL_NAMES, prunable_kernels
-from tests.test_case import numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+from tests.test_case import numpy, tiny_classifier, tiny_encoder_kwargs
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
 pytestmark = pytest.mark.all_backends
-
-
-def tiny_classifier(architecture="bert"):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 8)
-    encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture=architecture))
-    return kbert.Classifier(encoder, num_classes=2, preprocessor=preprocessor)
 
 
 def zero_some(model, fractions):
@@ -46,7 +40,7 @@ def test_a_fresh_encoder_has_no_sparsity_and_counts_every_weight():
 
 
 def test_blocks_and_kernels_of_a_task_model_are_counted(tmp_path):
-    model = tiny_classifier()
+    model = tiny_classifier(sequence_length=8)
     zeroed = zero_some(model, {"query": 0.5, "intermediate": 0.25, "output": 0.75})
     report = kbert.compression.sparsity(model)
     for (block, name), count in zeroed.items():
@@ -69,7 +63,7 @@ def test_blocks_and_kernels_of_a_task_model_are_counted(tmp_path):
 
 
 def test_shared_albert_blocks_count_once():
-    model = tiny_classifier("albert")
+    model = tiny_classifier(sequence_length=8, architecture="albert")
     report = kbert.compression.sparsity(model)
     assert list(report["blocks"]) == ["transformer_group_0_layer_0"]
     # The embedding projection is not a prunable kernel.

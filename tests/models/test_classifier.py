@@ -6,16 +6,10 @@ import tensorflow as tf
 import kbert
 from kbert.data import task_dataset
 from kbert.models.optimization import WarmupLinearDecay
-from tests.test_case import TINY_VOCABULARY, run_task_test, tiny_encoder_kwargs
+from tests.test_case import TINY_VOCABULARY, run_task_test, tiny_classifier, tiny_encoder_kwargs
 
 TEXTS = ["a good film", "a bad film", "the cat sat on the mat", "free prize now!"]
 LABELS = [1, 0, 1, 0]
-
-
-def tiny_classifier(num_classes=2, sequence_length=12, **kwargs):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
-    encoder = kbert.Encoder(**tiny_encoder_kwargs())
-    return kbert.Classifier(encoder, num_classes=num_classes, preprocessor=preprocessor, **kwargs)
 
 
 @pytest.mark.all_backends

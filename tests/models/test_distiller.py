@@ -8,7 +8,14 @@ import kbert
 from kbert.compression import distillation_loss
 from kbert.preprocessing.input_pipeline import examples_dataset
 from tests.callbacks import event_files
-from tests.test_case import assert_allclose, assert_array_equal, numpy, tiny_encoder_kwargs, TINY_VOCABULARY
+from tests.test_case import (
+    TINY_VOCABULARY,
+    assert_allclose,
+    assert_array_equal,
+    numpy,
+    tiny_classifier,
+    tiny_encoder_kwargs,
+)
 
 # kbert's backend code on every backend: `make test` runs this module on JAX and PyTorch too.
 pytestmark = pytest.mark.all_backends
@@ -17,13 +24,6 @@ TEXTS = ["good film", "bad film", "a good cat", "a bad cat"] * 8
 LABELS = [1, 0, 1, 0] * 8
 # Sentences the teacher has not seen, for the transfer set and the checks.
 UNSEEN = ["good dog", "bad dog", "the good mat", "the bad mat", "a good dog sat", "a bad dog sat"]
-
-
-def tiny_classifier(num_layers=2, dropout=0.1, num_classes=2, vocabulary=TINY_VOCABULARY):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(vocabulary), sequence_length=12)
-    encoder = kbert.Encoder(**{**tiny_encoder_kwargs(len(vocabulary)), "num_layers": num_layers,
-                               "dropout": dropout})
-    return kbert.Classifier(encoder, num_classes=num_classes, preprocessor=preprocessor, dropout=dropout)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_student_learns_the_teachers_decision_from_its_predictions_alone(teacher
 
 
 def test_alpha_zero_trains_as_the_student_trains_on_its_labels(teacher):
-    student = tiny_classifier(num_layers=1, dropout=0.0)
+    student = tiny_classifier(dropout=0.0, encoder_options={"num_layers": 1})
     twin = kbert.Classifier.from_config(student.get_config())
     twin.set_weights(student.get_weights())
     distiller = kbert.Distiller(teacher, student, alpha=0.0)
@@ -92,7 +92,8 @@ def test_alpha_zero_trains_as_the_student_trains_on_its_labels(teacher):
 
 def test_unlabeled_examples_count_in_the_distillation_term_only(teacher):
     alpha, temperature = 0.3, 3.0
-    distiller = kbert.Distiller(teacher, tiny_classifier(num_layers=1, dropout=0.0), temperature, alpha)
+    student = tiny_classifier(dropout=0.0, encoder_options={"num_layers": 1})
+    distiller = kbert.Distiller(teacher, student, temperature, alpha)
     labelled, unlabelled = TEXTS[:3], UNSEEN[:2]
     examples, _ = distiller.teacher_examples([[(labelled, LABELS[:3]), (unlabelled, None)], []], verbose=0)
     (inputs, targets), = examples_dataset(distiller.student.preprocessor, examples, batch_size=5)

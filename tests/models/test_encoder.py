@@ -8,11 +8,13 @@ import kbert
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
 from kbert.models.presets import PRESETS, encoder_parameter_count, parameter_count
 from tests.test_case import (
+    ARCHITECTURES,
     assert_all_close,
     assert_allclose,
-    dtype,
     numpy,
     run_config_round_trip,
+    run_layer_test,
+    run_precision_test,
     tiny_encoder_kwargs,
     TINY_VOCABULARY,
 )
@@ -50,8 +52,10 @@ def test_outputs_are_named_and_shaped():
     assert_allclose(outputs["pooled_output"], pooled, atol=1e-5)
 
 
-def test_config_round_trip():
-    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_layer_harness(architecture):
+    encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture=architecture))
+    run_layer_test(encoder, encoder_inputs())
     run_config_round_trip(encoder, encoder_inputs())
 
 
@@ -118,13 +122,8 @@ def test_save_and_load_give_identical_outputs(tmp_path):
     assert_all_close(encoder(encoder_inputs()), restored(encoder_inputs()))
 
 
-def test_mixed_precision_policy_threads_through():
-    encoder = kbert.Encoder(**tiny_encoder_kwargs(), dtype="mixed_bfloat16")
-    outputs = encoder(encoder_inputs())
-    assert dtype(outputs["sequence_output"]) == "bfloat16"
-    assert encoder.token_embedding.embeddings.dtype == "float32"
-    restored = kbert.Encoder.from_config(encoder.get_config())
-    assert restored.token_embedding.dtype_policy.name == "mixed_bfloat16"
+def test_precision_harness():
+    run_precision_test(lambda policy: kbert.Encoder(**tiny_encoder_kwargs(), dtype=policy), encoder_inputs())
 
 
 @pytest.mark.tensorflow_backend

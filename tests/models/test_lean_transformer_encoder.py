@@ -6,7 +6,7 @@ import pytest
 from kbert.backend import gradient_function
 from kbert.models.encoder import gelu_approximate
 from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
-from tests.test_case import assert_all_close, numpy
+from tests.test_case import assert_all_close, numpy, run_layer_test, run_precision_test
 
 # The block is each backend's own code (kbert.backend.transformer_block): all of it runs on every backend.
 pytestmark = pytest.mark.all_backends
@@ -121,19 +121,22 @@ def test_only_the_post_layer_norm_block_is_made():
                                   normalize_first=False).get_config()["normalize_first"] is False
 
 
-def test_mixed_bfloat16_computes_in_bfloat16_close_to_float32():
-    lean, reference = block_pair()
-    mixed = LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0, activation="gelu",
-                                   layer_norm_epsilon=1e-12, dtype="mixed_bfloat16")
-    mixed.build((2, 7, HIDDEN))
-    mixed.set_weights(reference.get_weights())
-    assert all(v.dtype == "float32" for v in mixed.weights)
-    x, padding_mask = inputs()
-    output = mixed(x, padding_mask=padding_mask)
-    assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"
-    np.testing.assert_allclose(
-        numpy(keras.ops.cast(output, "float32")), numpy(lean(x, padding_mask=padding_mask)), atol=0.1
-    )
+def call_block(block, inputs):
+    x, padding_mask = inputs
+    return block(x, padding_mask=padding_mask)
+
+
+def test_layer_harness():
+    lean, _ = block_pair()
+    run_layer_test(lean, inputs(), call=call_block)
+
+
+def test_precision_harness():
+    def make(policy):
+        return LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
+                                      activation="gelu", layer_norm_epsilon=1e-12, dtype=policy)
+
+    run_precision_test(make, inputs(), call=call_block)
 
 
 @pytest.mark.tensorflow_backend

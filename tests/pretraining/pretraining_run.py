@@ -54,7 +54,7 @@ def kill_at_step(step):
     return KillAtStep()
 
 
-def run_cli(argv):
+def cli_in_this_process(argv):
     """`kbert ARGUMENTS...`, with `--kill-at-step N` taken off the front."""
     import kbert.callbacks
     from kbert import cli
@@ -68,7 +68,7 @@ def run_cli(argv):
 
 def main():
     if sys.argv[1:2] == ["cli"]:
-        return run_cli(sys.argv[2:])
+        return cli_in_this_process(sys.argv[2:])
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--logdir", required=True)

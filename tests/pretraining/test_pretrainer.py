@@ -20,6 +20,7 @@ from tests.test_case import (
     dtype,
     numpy,
     run_config_round_trip,
+    run_precision_test,
     tiny_encoder_kwargs,
 )
 
@@ -262,14 +263,9 @@ def test_save_and_load_restore_outputs_and_optimizer(tmp_path):
 
 
 def test_mixed_precision_gives_float32_logits():
-    model = tiny_pretrainer(dtype="mixed_bfloat16")
-    assert model.masked_lm_head.compute_dtype == "bfloat16"
     x, _, _ = pretraining_batch()
-    outputs = model(x)
-    assert dtype(outputs["mlm"]) == dtype(outputs["nsp"]) == "float32"
-    assert np.isfinite(numpy(outputs["mlm"])).all()
-    restored = Pretrainer.from_config(model.get_config())
-    assert restored.masked_lm_head.dtype_policy.name == "mixed_bfloat16"
+    run_precision_test(lambda policy: tiny_pretrainer(dtype=policy), x, float32_outputs=("mlm", "nsp"))
+    assert tiny_pretrainer(dtype="mixed_bfloat16").masked_lm_head.compute_dtype == "bfloat16"
 
 
 def test_sop_has_its_own_head_and_output_and_fits():

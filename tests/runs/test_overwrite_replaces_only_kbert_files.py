@@ -13,7 +13,7 @@ import pytest
 
 import kbert
 from kbert import cli
-from tests.test_case import TINY_VOCABULARY, folder_state
+from tests.test_case import TINY_VOCABULARY, cli_refusal, folder_state
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +28,8 @@ def model_file(tmp_path_factory):
 
 
 def refused(arguments, capsys):
-    """Runs `kbert ARGUMENTS...`, which must fail in one line (exit status 2); the line."""
-    assert cli.main(arguments) == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"kbert {arguments[0]}: error: "), err
-    return lines[0]
+    """Runs `kbert ARGUMENTS...`, which must fail in one line (exit status 2); the line, its prefix kept."""
+    return f"kbert {arguments[0]}: error: " + cli_refusal(capsys, *arguments)
 
 
 def is_fifo(path):

@@ -6,6 +6,7 @@ import pytest
 
 from kbert.runs import pretraining_run
 from kbert.runs.pretraining_run import SETTINGS_FILE, check_same_run, corpus_identity, read_record, record_run
+from kbert.runs.run_settings import SettingError
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
 SETTINGS = {
@@ -34,16 +35,21 @@ def corpus(tmp_path):
 
 def test_every_defining_setting_is_recorded_and_checked(run, tmp_path):
     record = read_record(str(run))
-    assert record["settings"] == SETTINGS and set(SETTINGS) == {name for name, _ in pretraining_run.DEFINING}
+    assert record["settings"] == SETTINGS and set(SETTINGS) == set(pretraining_run.DEFINING)
     assert check_same_run(str(run), SETTINGS, corpus(tmp_path)) is None
     # A float said otherwise (the default learning rate is computed as 0.0006000000000000001) is the same.
     assert check_same_run(str(run), {**SETTINGS, "learning_rate": 1e-4 * 768 / 128}, corpus(tmp_path)) is None
-    for name, flag in pretraining_run.DEFINING:
+    for name in pretraining_run.DEFINING:
         value = SETTINGS[name]
         other = (not value if isinstance(value, bool) else 7 if value is None else value + 1 if isinstance(value, int)
                  else value * 2 if isinstance(value, float) else value + "x")
-        with pytest.raises(ValueError, match=f"^{flag} .* differs from this run's "):
+        # Named as the setting (the record's `lowercase` is `cased`), which the command says as its flag.
+        setting = "cased" if name == "lowercase" else name
+        with pytest.raises(SettingError, match=f"^`{setting}` .* differs from this run's ") as caught:
             check_same_run(str(run), {**SETTINGS, name: other}, corpus(tmp_path))
+        flag = "--" + setting.replace("_", "-")
+        assert caught.value.said_as_flags().startswith(f"{flag} ")
+        assert caught.value.said_as_flags().endswith("to start a new run, choose another --out.")
     # A vocabulary size where this run's vocabulary was given (None) is not compared.
     assert check_same_run(str(run), {**SETTINGS, "vocabulary_size": None}, corpus(tmp_path)) is None
 
@@ -75,8 +81,9 @@ def test_a_folder_of_an_earlier_version_resumes_with_a_note(run, tmp_path):
     # Its vocab.txt still decides: another --vocabulary is refused.
     other = tmp_path / "other.txt"
     other.write_text("\n".join(VOCABULARY + ["dog"]) + "\n")
-    with pytest.raises(ValueError, match=f"^--vocabulary {other} differs from {run / 'vocab.txt'}"):
+    with pytest.raises(SettingError, match=f"^`vocabulary` {other} differs from {run / 'vocab.txt'}") as caught:
         check_same_run(str(run), SETTINGS, corpus(tmp_path), vocabulary=str(other))
+    assert caught.value.said_as_flags().startswith(f"--vocabulary {other} differs")
     same = tmp_path / "same.txt"
     same.write_text("\n".join(VOCABULARY) + "\n")
     assert check_same_run(str(run), SETTINGS, corpus(tmp_path), vocabulary=str(same)) is not None
@@ -84,11 +91,11 @@ def test_a_folder_of_an_earlier_version_resumes_with_a_note(run, tmp_path):
 
 def test_the_corpus_and_vocabulary_are_the_runs(run, tmp_path):
     (tmp_path / "corpus" / "b.txt").write_text("a new book .\n")
-    with pytest.raises(ValueError, match=f"^--corpus gives {tmp_path / 'corpus' / 'b.txt'}, which this run did not"):
+    with pytest.raises(ValueError, match=f"^`corpus` gives {tmp_path / 'corpus' / 'b.txt'}, which this run did not"):
         check_same_run(str(run), SETTINGS, corpus(tmp_path))
     (tmp_path / "corpus" / "b.txt").unlink()
     (tmp_path / "corpus" / "a.txt").rename(tmp_path / "corpus" / "c.txt")
-    with pytest.raises(ValueError, match=f"^--corpus does not give {tmp_path / 'corpus' / 'a.txt'}, which this run"):
+    with pytest.raises(ValueError, match=f"^`corpus` does not give {tmp_path / 'corpus' / 'a.txt'}, which this run"):
         check_same_run(str(run), SETTINGS, corpus(tmp_path))
     (tmp_path / "corpus" / "c.txt").rename(tmp_path / "corpus" / "a.txt")
     (run / "vocab.txt").unlink()
