@@ -36,7 +36,7 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --dist loadgroup
 # a third less time (docs/testing.rst).
 TEST_ENV := XLA_FLAGS=--xla_backend_optimization_level=0
 JAX_LEAVES_OUT := $(filter-out %/test_backup_and_restore.py %/test_training_step.py,$(wildcard tests/callbacks/test_*.py)) \
-	tests/models/test_encoder.py tests/models/test_lean_transformer_encoder.py
+	tests/models/test_encoder.py tests/models/test_transformer_block.py
 test: $(INSTALLED)
 	$(TEST_ENV) $(PYTEST) -n 3 --durations=30 tests
 	$(TEST_ENV) KERAS_BACKEND=torch $(PYTEST) -n 2 --durations=30 -m all_backends tests

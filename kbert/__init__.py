@@ -3,7 +3,7 @@
 The pipeline, in the order data takes it:
 
 - `Tokenizer` (TF-Text WordPiece) and `learn_vocabulary`; `SentencePieceTokenizer` (ALBERT's);
-- `Preprocessor`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
+- `TextPacker`: texts and text pairs to `token_ids`, `segment_ids`, `padding_mask`;
 - `Encoder`: embeddings, Transformer blocks, pooler (`PRESETS` tiny ... large);
 - task models that `fit` on raw strings: `classifier`, `question_answerer`,
   `tagger`, `multiple_choice`, and `embedder` for sentence vectors; each
@@ -80,7 +80,7 @@ _NAMES = {
     "ClassifierPreprocessor": "kbert.preprocessing.classifier_preprocessor",
     "EmbedderPreprocessor": "kbert.preprocessing.embedder_preprocessor",
     "MultipleChoicePreprocessor": "kbert.preprocessing.multiple_choice_preprocessor",
-    "Preprocessor": "kbert.preprocessing.preprocessor",
+    "TextPacker": "kbert.preprocessing.text_packer",
     "QuestionAnswererPreprocessor": "kbert.preprocessing.question_answerer_preprocessor",
     "TaggerPreprocessor": "kbert.preprocessing.tagger_preprocessor",
     "SPECIAL_TOKENS": "kbert.preprocessing.tokenizer",
@@ -139,7 +139,17 @@ def _needs_tensorflow(name, module):
         raise TensorFlowMissingError(missing_message(f"kbert.{name}"))
 
 
+# Old public names, kept for one release (docs/changes.rst): each use warns.
+_RENAMED = {"Preprocessor": "TextPacker"}
+
+
 def __getattr__(name):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"`kbert.{name}` is deprecated: use `kbert.{_RENAMED[name]}`; the old name goes in the next "
+                      "release.", DeprecationWarning, stacklevel=2)
+        return __getattr__(_RENAMED[name])
     if name in _NAMES:
         _needs_tensorflow(name, _NAMES[name])
         value = getattr(importlib.import_module(_NAMES[name]), name)

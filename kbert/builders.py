@@ -11,7 +11,7 @@ from kbert.models.embedder import Embedder
 from kbert.models.multiple_choice import MultipleChoice
 from kbert.models.question_answerer import QuestionAnswerer
 from kbert.models.tagger import Tagger
-from kbert.preprocessing.preprocessor import Preprocessor
+from kbert.preprocessing.text_packer import TextPacker
 
 
 # The arguments with which every builder resolves its encoder and preprocessor,
@@ -24,7 +24,7 @@ _ENCODER_ARGUMENTS_DOC = """encoder: a preset name (`"tiny"` ... `"large"`, see 
             `kbert.checkpoints.resolve_encoder`).
         vocabulary: the tokens (list or `vocab.txt` path) the encoder embeds,
             a SentencePiece model (`spiece.model` path) or a ready tokenizer.
-        preprocessor: a ready `kbert.Preprocessor`, instead of `vocabulary`.
+        preprocessor: a ready `kbert.TextPacker`, instead of `vocabulary`.
         **encoder_options: `lowercase` (whether the vocabulary is uncased;
             default True), `dtype` (the preset encoder's dtype policy, e.g.
             `"mixed_bfloat16"`), and overrides of the preset, e.g.
@@ -61,7 +61,7 @@ def build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_l
     encoder, tokenizer = resolve_encoder(encoder, vocabulary, lowercase, require_tokenizer=True,
                                          sequence_length=sequence_length, dtype=dtype, **encoder_kwargs)
     if preprocessor is None:
-        preprocessor = Preprocessor(tokenizer, sequence_length=sequence_length)
+        preprocessor = TextPacker(tokenizer, sequence_length=sequence_length)
     return encoder, preprocessor
 
 

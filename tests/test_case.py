@@ -306,7 +306,7 @@ def tiny_classifier(num_classes=2, sequence_length=12, vocabulary=TINY_VOCABULAR
     encoder_arguments = {**tiny_encoder_kwargs(len(vocabulary), architecture), **(encoder_options or {})}
     if dropout is not None:
         encoder_arguments["dropout"] = classifier_options["dropout"] = dropout
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(vocabulary), sequence_length=sequence_length)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(vocabulary), sequence_length=sequence_length)
     return kbert.Classifier(kbert.Encoder(**encoder_arguments), num_classes=num_classes, preprocessor=preprocessor,
                             **classifier_options)
 

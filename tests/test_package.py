@@ -102,3 +102,19 @@ def test_tensorflows_load_lines_are_kept_as_the_log_level_says(monkeypatch):
     assert _as_log_level_says(lines) == [ABSL_BANNER + "\n", lines[4], lines[5], lines[8]]
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
     assert _as_log_level_says(lines) == ["some Python warning\n"]
+
+
+@pytest.mark.parametrize("old, module, new", [
+    ("Preprocessor", "kbert", "TextPacker"),
+    ("Preprocessor", "kbert.preprocessing.preprocessor", "TextPacker"),
+    ("LeanTransformerEncoder", "kbert.models.lean_transformer_encoder", "TransformerBlock"),
+])
+def test_a_renamed_public_name_still_works_for_one_release_and_says_its_new_name(old, module, new):
+    import importlib
+
+    import kbert
+
+    with pytest.warns(DeprecationWarning, match=f"`{module}.{old}` is deprecated: use `(kbert.)?{new}`"):
+        value = getattr(importlib.import_module(module), old)
+    assert value.__name__ == new
+    assert old not in kbert.__all__ and new in kbert.__all__ + ["TransformerBlock"]

@@ -18,7 +18,7 @@ COMPILES_EACH_SHAPE = False
 def transformer_block(block, inputs, padding_mask=None, training=None, return_attention_scores=False):
     """BERT's post-LayerNorm Transformer block on `block`'s variables, in a graph CPUs run fast.
 
-    `block` is a built kbert block (`LeanTransformerEncoder`), whose
+    `block` is a built kbert block (`TransformerBlock`), whose
     sublayers hold the variables. The graph is shaped for TensorFlow's
     grappler remapper and its oneDNN kernels:
 

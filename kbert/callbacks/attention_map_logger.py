@@ -118,14 +118,14 @@ class AttentionMapLogger(TrainingStepCallback):
 
     def attention(self, model=None):
         """`(tokens, scores)`: the packed sentence's tokens, and per block an array `(heads, tokens, tokens)`."""
-        from kbert.preprocessing.preprocessor import Preprocessor
+        from kbert.preprocessing.text_packer import TextPacker
 
         model = self.model if model is None else model
         encoder = _encoder_of(model)
         tokenizer = self._tokenizer(model)
         sequence_length = min(self.sequence_length, encoder.max_sequence_length)
         texts = [self.text] if isinstance(self.text, str) else ([self.text[0]], [self.text[1]])
-        packed = Preprocessor(tokenizer, sequence_length)(texts)
+        packed = TextPacker(tokenizer, sequence_length)(texts)
         length = int(np.asarray(packed["padding_mask"]).sum())
         # Only the real tokens: without padding the maps are exactly token by token.
         inputs = {name: np.asarray(value)[:, :length] for name, value in packed.items()}

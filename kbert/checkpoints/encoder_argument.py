@@ -6,11 +6,13 @@ one of these forms, and all ask this module which one it is.
 """
 
 import os
+import warnings
 
 import keras_hub
 
 from kbert.checkpoints.keras_hub_models import encoder_from_keras_hub
 from kbert.checkpoints.loading import UnknownCheckpointError, load_pretrained, resolve_checkpoint
+from kbert.io.setting_error import SettingError
 from kbert.models.encoder import Encoder
 from kbert.models.presets import PRESETS
 from kbert.saving import load_model
@@ -76,10 +78,8 @@ def resolve_encoder(argument, vocabulary=None, lowercase=True, heads=False, requ
             folder its `vocab.txt`. Refused with a checkpoint, which brings
             its own.
         lowercase: whether `vocabulary` is uncased.
-        heads: return the model with its pretraining heads rather than the
-            encoder: a run folder's or `.keras` file's model as saved, a
-            checkpoint's `kbert.Pretrainer` (see `load_pretrained`). The
-            other forms have none.
+        heads: deprecated: `resolve_pretrainer` gives the model with its
+            pretraining heads.
         require_tokenizer: fail, before anything is loaded, when neither
             `argument` nor `vocabulary` gives a tokenizer.
         vocabulary_size: the tokens the encoder embeds: a preset's when no
@@ -99,7 +99,7 @@ def resolve_encoder(argument, vocabulary=None, lowercase=True, heads=False, requ
 
     Returns:
         `(encoder, tokenizer)`, the tokenizer None where neither `argument`
-        nor `vocabulary` gives one; with `heads=True`, `(model, tokenizer)`.
+        nor `vocabulary` gives one.
 
     Raises:
         UnknownEncoderError: `argument` is of none of these forms; the
@@ -113,6 +113,37 @@ def resolve_encoder(argument, vocabulary=None, lowercase=True, heads=False, requ
     >>> resolve_encoder(encoder) == (encoder, None)
     True
     """
+    if heads:
+        warnings.warn("`resolve_encoder(..., heads=True)` is deprecated: use `resolve_pretrainer(...)`; the "
+                      "argument goes in the next release.", DeprecationWarning, stacklevel=2)
+    return _resolved(argument, vocabulary, lowercase, heads, require_tokenizer, vocabulary_size, sequence_length,
+                     role, encoder_arguments)
+
+
+def resolve_pretrainer(argument, vocabulary=None, lowercase=True, require_tokenizer=False, **encoder_arguments):
+    """A model with its pretraining heads, and its tokenizer where it has one, from whatever names one.
+
+    The forms of `resolve_encoder` that hold heads: a `kbert pretrain` run
+    folder or a `.keras` file (its model as saved), or a checkpoint (its
+    `kbert.Pretrainer`: see `load_pretrained`); a preset or a built encoder
+    has none, and is refused. The arguments are `resolve_encoder`'s.
+
+    Returns:
+        `(model, tokenizer)`, the tokenizer None where neither `argument`
+        nor `vocabulary` gives one.
+
+    Example:
+    >>> resolve_pretrainer("tiny", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    Traceback (most recent call last):
+    ...
+    ValueError: The preset 'tiny' is a fresh encoder, without pretraining heads.
+    """
+    return _resolved(argument, vocabulary, lowercase, True, require_tokenizer, None, None, "preset",
+                     encoder_arguments)
+
+
+def _resolved(argument, vocabulary, lowercase, heads, require_tokenizer, vocabulary_size, sequence_length, role,
+              encoder_arguments):
     if isinstance(argument, os.PathLike):
         argument = os.fspath(argument)
     if not isinstance(argument, (str, *_ENCODER_CLASSES)):
@@ -151,7 +182,7 @@ def _preset_encoder(name, vocabulary, lowercase, heads, vocabulary_size, sequenc
     if vocabulary is not None:
         tokenizer = _tokenizer(vocabulary, lowercase)
     elif vocabulary_size is None:
-        raise ValueError(_vocabulary_needed(f"the preset {name!r}"))
+        raise SettingError(_vocabulary_needed(f"the preset {name!r}"), ["vocabulary"])
     if sequence_length is not None:
         preset_arguments.setdefault("max_sequence_length", max(512, sequence_length))
     encoder = Encoder.from_preset(
@@ -162,8 +193,7 @@ def _preset_encoder(name, vocabulary, lowercase, heads, vocabulary_size, sequenc
 
 def _vocabulary_needed(what):
     return (f"Give a `vocabulary` for {what}: the tokens it embeds (a list of tokens or a vocab.txt path, "
-            "e.g. from kbert.learn_vocabulary; a SentencePiece spiece.model; or a ready tokenizer; "
-            "--vocabulary in the `kbert` command).")
+            "e.g. from kbert.learn_vocabulary; a SentencePiece spiece.model; or a ready tokenizer).")
 
 
 def _tokenizer(vocabulary, lowercase):
@@ -178,7 +208,7 @@ def _given_tokenizer(argument, vocabulary, lowercase, require_tokenizer):
     if vocabulary is not None:
         return _tokenizer(vocabulary, lowercase)
     if require_tokenizer:
-        raise ValueError(_vocabulary_needed(_shown(argument)))
+        raise SettingError(_vocabulary_needed(_shown(argument)), ["vocabulary"])
     return None
 
 
@@ -192,8 +222,8 @@ def _checkpoint(name, vocabulary, heads, sequence_length, role, loaded_arguments
             f"Unknown {role} {name!r}: the presets are {list(PRESETS)}; and {error} Give {ACCEPTED_FORMS}."
         ) from None
     if vocabulary is not None:
-        raise ValueError(f"The checkpoint {name!r} brings its own vocabulary; give no `vocabulary` "
-                         "(--vocabulary).")
+        raise SettingError(f"The checkpoint {name!r} brings its own vocabulary; give no `vocabulary`.",
+                           ["vocabulary"])
     _refuse_others(loaded_arguments, _LOADED_ARGUMENTS, f"the checkpoint {name!r}")
     model, tokenizer = load_pretrained(checkpoint, heads=heads, **loaded_arguments)
     positions = getattr(model, "encoder", model).max_sequence_length

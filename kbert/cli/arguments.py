@@ -219,11 +219,11 @@ def said_as_flags(text):
     """`text` with each run setting written in backticks said as the command's flag (`epochs`: --epochs)."""
     import dataclasses
 
+    from kbert.io.setting_error import said_as_flags as say
     from kbert.runs.distillation_settings import DistillationSettings
     from kbert.runs.fine_tuning_settings import FineTuningSettings
     from kbert.runs.pretraining_run_settings import PretrainingRunSettings
     from kbert.runs.pruning_settings import PruningSettings
-    from kbert.runs.run_settings import said_as_flags as say
 
     kinds = (DistillationSettings, FineTuningSettings, PretrainingRunSettings, PruningSettings)
     return say(text, {field.name for kind in kinds for field in dataclasses.fields(kind)})

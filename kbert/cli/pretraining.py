@@ -215,11 +215,11 @@ def _prepare_pretraining(args):
 
 
 def _fill_mask(args):
-    from kbert.checkpoints.encoder_argument import resolve_encoder
+    from kbert.checkpoints.encoder_argument import resolve_pretrainer
     from kbert.pretraining.fill_mask import fill_mask
 
-    model, tokenizer = resolve_encoder(args.model, args.vocabulary, lowercase=not args.cased, heads=True,
-                                       require_tokenizer=True)
+    model, tokenizer = resolve_pretrainer(args.model, args.vocabulary, lowercase=not args.cased,
+                                         require_tokenizer=True)
     _print_fills(fill_mask(model, tokenizer=tokenizer, top_k=args.top_k), args.texts)
 
 

@@ -345,14 +345,14 @@ def _roles(path, names, wanted, require_labels, choices=False):
         found = next((by_lower[name] for name in defaults[role] if name in by_lower), None)
         if found is not None and found not in roles.values():
             roles[role] = found
-    flags = {"text": "text_column (--text-column)", "label": "label_column (--label-column)"}
     if choices and "text_pair" not in roles:
         raise DataFormatError(path, None, f"no column is the choices by its name ({', '.join(CHOICE_COLUMNS)}); "
-                              f"the columns are {list(names)}: name it with text_pair_column (--text-pair-column)")
+                              f"the columns are {list(names)}: name it with `text_pair_column`",
+                              names=["text_pair_column"])
     for role in ("text", "label") if require_labels else ("text",):
         if role not in roles:
             raise DataFormatError(path, None, f"no column is the {role} by its name; the columns are "
-                                  f"{list(names)}: name it with {flags[role]}")
+                                  f"{list(names)}: name it with `{role}_column`", names=[f"{role}_column"])
     return roles
 
 

@@ -25,6 +25,8 @@ import os
 import re
 from pathlib import Path
 
+from kbert.io.setting_error import said_as_flags
+
 # The longest line a reader holds; a longer line is refused or cut (`long_lines`).
 MAX_LINE_BYTES = 1 << 20
 _READ_BYTES = 1 << 20
@@ -48,16 +50,23 @@ class DataFormatError(ValueError):
     so the problem can be found with an editor. A problem of the whole file
     (it is empty) or of data that comes from no file (a TensorFlow Datasets
     split) has `line_number` None, and the file or source is named as is.
+    `names` are the settings the problem names in backticks, which the
+    `kbert` command says as its flags (`kbert.io.setting_error`).
     """
 
-    def __init__(self, path, line_number, problem, line=None):
+    def __init__(self, path, line_number, problem, line=None, names=()):
         self.path = Path(path) if line_number is not None else path
         self.line_number = line_number
+        self.names = names
         where = self.path if line_number is None else f"{self.path}, line {line_number}"
         message = f"{where}: {problem}"
         if line is not None:
             message += f": {_shorten(line)}"
         super().__init__(message)
+
+    def said_as_flags(self):
+        """The message with each setting of `names` said as the command's flag."""
+        return said_as_flags(str(self), self.names)
 
 
 def read_text_lines(path, long_lines="refuse", allow_empty=False, max_line_bytes=MAX_LINE_BYTES):

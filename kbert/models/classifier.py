@@ -51,7 +51,7 @@ class Classifier(TaskModel):
         num_classes: number of classes (or None when `preprocessor` is a
             `kbert.ClassifierPreprocessor`, which holds it).
         preprocessor: a `kbert.ClassifierPreprocessor`, or a
-            `kbert.Preprocessor` whose tokenizer matches the encoder's
+            `kbert.TextPacker` whose tokenizer matches the encoder's
             vocabulary (wrapped into one), or None for a model of token ids
             alone (`num_classes` is then required).
         dropout: dropout before the output layer.

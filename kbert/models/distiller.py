@@ -302,7 +302,7 @@ class Distiller(SavesAtomically, MultiWorkerFit, ConstructorConfig, keras.Model)
         preprocessor = self.student.preprocessor
         if isinstance(self.teacher, Classifier):
             # Checked before the student's preprocessor, which would refuse another form in its own words.
-            from kbert.preprocessing.preprocessor import split_segments
+            from kbert.preprocessing.text_packer import split_segments
 
             forms = {split_segments(x)[1] for group in groups for x, _ in group}
             if len(forms) > 1:

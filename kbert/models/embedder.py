@@ -36,7 +36,7 @@ class Embedder(TaskModel):
     Args:
         encoder: a `kbert.Encoder`.
         preprocessor: a `kbert.EmbedderPreprocessor`, or a
-            `kbert.Preprocessor` whose tokenizer matches the encoder's
+            `kbert.TextPacker` whose tokenizer matches the encoder's
             vocabulary (wrapped into one).
         pooling: `"mean"`, `"cls"` or `"pooled"`.
         normalize: scale sentence embeddings to unit L2 norm.

@@ -9,8 +9,8 @@ from kbert.backend import LayersBeforeInit
 from kbert.io.atomic_files import SavesAtomically
 from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder_arguments import check_encoder_arguments, checked_heads_per_layer, layer_block_indices
-from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
-from kbert.models.presets import preset_config
+from kbert.models.transformer_block import TransformerBlock
+from kbert.models.presets import PRESETS, preset_config
 # Config entries with one value per layer: `Encoder.truncated` keeps the
 # values of the layers it keeps.
 PER_LAYER_CONFIG = ("heads_per_layer",)
@@ -43,7 +43,7 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model)
 
     Token, segment and learned position embeddings are summed, normalised
     (LayerNorm, epsilon 1e-12) and dropped out; `num_layers` post-LayerNorm
-    Transformer blocks (`LeanTransformerEncoder`: kbert's block, on
+    Transformer blocks (`TransformerBlock`: kbert's block, on
     keras-hub's variables, computed as fewer, larger ops; exact GELU)
     follow;
     a dense tanh pooler reads the first token (`[CLS]`).
@@ -163,7 +163,7 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model)
 
         def block(name, heads=num_heads):
             # Pruned layers keep fewer heads, each of the full encoder's head size.
-            return LeanTransformerEncoder(
+            return TransformerBlock(
                 num_heads=heads, head_dim=hidden_dim // num_heads, intermediate_dim=intermediate_dim,
                 dropout=dropout, attention_dropout=attention_dropout, activation=_activation(activation),
                 layer_norm_epsilon=1e-12, kernel_initializer=bert_initializer(), normalize_first=False,
@@ -297,12 +297,37 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model)
         return self.token_embedding.dtype_policy
 
     @classmethod
-    def from_preset(cls, name, vocabulary_size, **kwargs):
-        """An encoder of a preset size (see `kbert.PRESETS`), freshly initialised.
+    def from_preset(cls, name, vocabulary_size=None, load_weights=False, **kwargs):
+        """A fresh, untrained encoder of a preset size (see `kbert.PRESETS`), embedding `vocabulary_size` tokens.
+
+        kbert's presets are sizes, without weights: where keras-hub's
+        `from_preset` loads a preset's weights, this builds an encoder to
+        pretrain or distil into, as keras-hub's `from_preset(...,
+        load_weights=False)` does. Pretrained weights (Hugging Face, Google,
+        and keras-hub's presets such as "bert_base_en_uncased") come from
+        `kbert.load_pretrained`; a name that is not a kbert size, or
+        `load_weights=True`, is refused with an error that says so.
 
         Keyword arguments override the preset's, e.g. `dropout=0.0` or
-        `attention_dropout=0.0`.
+        `num_layers=3`.
+
+        Example:
+        >>> encoder = kbert.Encoder.from_preset("tiny", vocabulary_size=100, num_layers=1)
+        >>> encoder.num_layers, encoder.hidden_dim
+        (1, 128)
+        >>> kbert.Encoder.from_preset("bert_base_en_uncased")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'bert_base_en_uncased' is not a kbert preset (a size: ['tiny', ...]); for pretrained
+        weights, use kbert.load_pretrained('bert_base_en_uncased').
         """
+        if name not in PRESETS or load_weights:
+            said = f"{name!r} is not a kbert preset (a size: {list(PRESETS)})" if name not in PRESETS else (
+                f"kbert's presets are sizes, without weights: from_preset({name!r}) builds a fresh encoder")
+            raise ValueError(f"{said}; for pretrained weights, use kbert.load_pretrained({name!r}).")
+        if vocabulary_size is None:
+            raise ValueError(f"A fresh {name!r} encoder embeds the tokens of your vocabulary: give "
+                             "`vocabulary_size`. For pretrained weights, use kbert.load_pretrained.")
         config = preset_config(name)
         config.update(kwargs)
         return cls(vocabulary_size=vocabulary_size, **config)

@@ -72,7 +72,7 @@ class LayerwiseDistiller(SavesAtomically, UntrackedStepState, ConstructorConfig,
         teacher: a `kbert.Encoder`, or a task model (its `encoder` is used).
         student: a `kbert.Encoder`, or a task model (its `encoder` is
             trained); same vocabulary as the teacher.
-        preprocessor: a `kbert.Preprocessor` that packs the texts for both
+        preprocessor: a `kbert.TextPacker` that packs the texts for both
             encoders; default the packer of the teacher task model (or else
             of the student task model). Required for two bare encoders.
         layer_map: for each student layer, the 0-based teacher layer it
@@ -370,19 +370,19 @@ def _encoder_parts(model, role):
 
 
 def _packer(preprocessor, teacher_packer, student_packer):
-    from kbert.preprocessing.preprocessor import Preprocessor
+    from kbert.preprocessing.text_packer import TextPacker
 
     if preprocessor is None:
         preprocessor = teacher_packer if teacher_packer is not None else student_packer
         if preprocessor is None:
             raise ValueError(
                 "Both the teacher and the student are bare encoders: pass `preprocessor`, a "
-                "kbert.Preprocessor (tokenizer and sequence_length) to pack the texts."
+                "kbert.TextPacker (tokenizer and sequence_length) to pack the texts."
             )
     preprocessor = getattr(preprocessor, "packer", preprocessor)  # a task preprocessor's
-    if not isinstance(preprocessor, Preprocessor):
+    if not isinstance(preprocessor, TextPacker):
         raise TypeError(
-            f"`preprocessor` must be a kbert.Preprocessor, got {type(preprocessor).__name__}."
+            f"`preprocessor` must be a kbert.TextPacker, got {type(preprocessor).__name__}."
         )
     return preprocessor
 

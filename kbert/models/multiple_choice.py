@@ -34,7 +34,7 @@ class MultipleChoice(TaskModel):
         num_choices: choices per question, the same for all (or None when
             `preprocessor` is a `kbert.MultipleChoicePreprocessor`).
         preprocessor: a `kbert.MultipleChoicePreprocessor`, or a
-            `kbert.Preprocessor` whose tokenizer matches the encoder's
+            `kbert.TextPacker` whose tokenizer matches the encoder's
             vocabulary (wrapped into one).
         dropout: dropout before the scoring layer.
 

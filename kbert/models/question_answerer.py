@@ -37,7 +37,7 @@ class QuestionAnswerer(TaskModel):
     Args:
         encoder: a `kbert.Encoder`.
         preprocessor: a `kbert.QuestionAnswererPreprocessor`, or a
-            `kbert.Preprocessor` (wrapped into one with the settings below);
+            `kbert.TextPacker` (wrapped into one with the settings below);
             its `sequence_length` is the window length.
         doc_stride: tokens between the starts of consecutive windows.
         max_question_length: question tokens kept; the rest are cut.

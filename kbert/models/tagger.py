@@ -45,7 +45,7 @@ class Tagger(TaskModel):
         labels: the tag strings, in id order, e.g.
             `kbert.data.CONLL2003_LABELS` (or None when `preprocessor` is a
             `kbert.TaggerPreprocessor`, which holds them).
-        preprocessor: a `kbert.TaggerPreprocessor`, or a `kbert.Preprocessor`
+        preprocessor: a `kbert.TaggerPreprocessor`, or a `kbert.TextPacker`
             (wrapped into one): its tokenizer splits the words and its
             `sequence_length` is the window size.
         dropout: dropout before the output layer.

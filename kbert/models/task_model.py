@@ -285,7 +285,7 @@ def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settin
     """A task's encoder and its task preprocessor, deserialized and checked to fit the encoder.
 
     `preprocessor` is the task's preprocessor (which holds the settings:
-    any given must equal its own), or a plain `kbert.Preprocessor`, wrapped into
+    any given must equal its own), or a plain `kbert.TextPacker`, wrapped into
     `preprocessor_class()(preprocessor, **settings)` (settings left None take
     their defaults), or None: a model of token ids alone, whose settings
     are its own (see `head_setting`). `preprocessor_class` gives the task
@@ -300,24 +300,24 @@ def encoder_and_preprocessor(encoder, preprocessor, preprocessor_class, **settin
         return encoder, None
     what = preprocessor.get("class_name", "preprocessor") if isinstance(preprocessor, dict) else "preprocessor"
     require_tensorflow(f"The model's {what} (TF-Text)")
-    from kbert.preprocessing.preprocessor import Preprocessor
+    from kbert.preprocessing.text_packer import TextPacker
 
     preprocessor_class = preprocessor_class()
     if isinstance(preprocessor, dict):
         preprocessor = keras.saving.deserialize_keras_object(preprocessor)
     given = {name: value for name, value in settings.items() if value is not None}
-    if isinstance(preprocessor, Preprocessor):
+    if isinstance(preprocessor, TextPacker):
         preprocessor = preprocessor_class(preprocessor, **given)
     elif isinstance(preprocessor, preprocessor_class):
         differ = sorted(name for name, value in given.items() if not _same(getattr(preprocessor, name), value))
         if differ:
             raise ValueError(
                 f"{differ} differ from the {preprocessor_class.__name__}'s own; set them there, or "
-                "pass a plain kbert.Preprocessor."
+                "pass a plain kbert.TextPacker."
             )
     else:
         raise TypeError(
-            f"`preprocessor` must be a kbert.{preprocessor_class.__name__}, a kbert.Preprocessor or "
+            f"`preprocessor` must be a kbert.{preprocessor_class.__name__}, a kbert.TextPacker or "
             f"None, got {type(preprocessor).__name__}."
         )
     check_compatible(encoder, preprocessor)

@@ -35,7 +35,7 @@ class ClassifierPreprocessor(TaskPreprocessor):
     classifier's logits do not depend on padding.
 
     Args:
-        packer: a `kbert.Preprocessor`.
+        packer: a `kbert.TextPacker`.
         num_classes: how many classes.
         class_names: optional names of the classes, in id order.
         text_pairs: whether the texts come in pairs; None until the first
@@ -43,7 +43,7 @@ class ClassifierPreprocessor(TaskPreprocessor):
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film"]
-    >>> packer = kbert.Preprocessor(kbert.Tokenizer(vocab), sequence_length=8)
+    >>> packer = kbert.TextPacker(kbert.Tokenizer(vocab), sequence_length=8)
     >>> preprocessor = kbert.ClassifierPreprocessor(packer, num_classes=2, class_names=["neg", "pos"])
     >>> inputs, labels = preprocessor(["good film"], [1])
     >>> inputs["token_ids"].numpy().tolist()

@@ -18,13 +18,13 @@ class EmbedderPreprocessor(TaskPreprocessor):
     b [SEP]`, as everywhere in kbert.
 
     Args:
-        packer: a `kbert.Preprocessor`.
+        packer: a `kbert.TextPacker`.
         text_pairs: whether the texts come in pairs; None until the first
             texts are seen.
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat"]
-    >>> packer = kbert.Preprocessor(kbert.Tokenizer(vocab), sequence_length=8)
+    >>> packer = kbert.TextPacker(kbert.Tokenizer(vocab), sequence_length=8)
     >>> kbert.EmbedderPreprocessor(packer)(["the cat"])["padding_mask"].numpy().tolist()
     [[1, 1, 1, 1, 0, 0, 0, 0]]
     """

@@ -31,13 +31,13 @@ class MultipleChoicePreprocessor(TaskPreprocessor):
     choices)`, batched or not.
 
     Args:
-        packer: a `kbert.Preprocessor`; its `sequence_length` bounds context
+        packer: a `kbert.TextPacker`; its `sequence_length` bounds context
             and choice together.
         num_choices: choices per question, the same for all.
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "ran"]
-    >>> packer = kbert.Preprocessor(kbert.Tokenizer(vocab), sequence_length=8)
+    >>> packer = kbert.TextPacker(kbert.Tokenizer(vocab), sequence_length=8)
     >>> preprocessor = kbert.MultipleChoicePreprocessor(packer, num_choices=2)
     >>> inputs = preprocessor((["the cat"], [["sat", "ran"]]))
     >>> inputs["token_ids"].numpy().tolist()

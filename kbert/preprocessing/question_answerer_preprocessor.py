@@ -96,7 +96,7 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
     inputs and targets, see `build_windows`).
 
     Args:
-        packer: a `kbert.Preprocessor`; its tokenizer and its
+        packer: a `kbert.TextPacker`; its tokenizer and its
             `sequence_length` (the window length) are used.
         doc_stride: tokens between the starts of consecutive windows.
         max_question_length: question tokens kept; the rest are cut.
@@ -111,7 +111,7 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "sat", "the", "cat", "?", "."]
-    >>> packer = kbert.Preprocessor(kbert.Tokenizer(vocab), sequence_length=12)
+    >>> packer = kbert.TextPacker(kbert.Tokenizer(vocab), sequence_length=12)
     >>> preprocessor = kbert.QuestionAnswererPreprocessor(packer, doc_stride=2, max_question_length=4)
     >>> windows = preprocessor.build_windows(["who sat?"], ["the cat sat ."])
     >>> windows["token_ids"].numpy().tolist()

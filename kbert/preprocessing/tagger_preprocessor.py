@@ -62,7 +62,7 @@ class TaggerPreprocessor(TaskPreprocessor):
     on ragged tensors, in `tf.data` and in an exported graph alike.
 
     Args:
-        packer: a `kbert.Preprocessor`: its tokenizer splits the words and
+        packer: a `kbert.TextPacker`: its tokenizer splits the words and
             its `sequence_length` is the window size.
         labels: the tag strings, in id order, e.g.
             `kbert.data.CONLL2003_LABELS`.
@@ -72,7 +72,7 @@ class TaggerPreprocessor(TaskPreprocessor):
 
     Example:
     >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "peter", "visit", "##ed", "paris"]
-    >>> packer = kbert.Preprocessor(kbert.Tokenizer(vocab), sequence_length=16)
+    >>> packer = kbert.TextPacker(kbert.Tokenizer(vocab), sequence_length=16)
     >>> preprocessor = kbert.TaggerPreprocessor(packer, labels=["O", "B-PER", "B-LOC"])
     >>> inputs, labels, weights = preprocessor([["Peter", "visited", "Paris"]], [["B-PER", "O", "B-LOC"]])
     >>> inputs["token_ids"].numpy().tolist()

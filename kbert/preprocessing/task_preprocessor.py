@@ -9,7 +9,7 @@ import tensorflow as tf
 from kbert.backend.tensorflow_bridge import model_outputs
 from kbert.preprocessing.input_pipeline import DEFAULT_BATCH_SIZE
 from kbert.preprocessing.preprocessing_layer import PreprocessingLayer
-from kbert.preprocessing.preprocessor import Preprocessor, split_segments
+from kbert.preprocessing.text_packer import TextPacker, split_segments
 
 MODEL_INPUTS = ("token_ids", "segment_ids", "padding_mask")
 # Rows that `run_by_length` gives the model at once. Sorted by length, 4 rows
@@ -52,11 +52,11 @@ class TaskPreprocessor(PreprocessingLayer):
       longest row only (`run_by_length`), with the answers of full padding.
 
     This base class takes texts or text pairs (`(texts_a, texts_b)`) and
-    packs them with its `kbert.Preprocessor` (the packer); subclasses for
+    packs them with its `kbert.TextPacker` (the packer); subclasses for
     other inputs override the forward methods.
 
     Args:
-        packer: a `kbert.Preprocessor`: tokenizer and `sequence_length`.
+        packer: a `kbert.TextPacker`: tokenizer and `sequence_length`.
         text_pairs: whether the task reads text pairs; None until it sees
             its first texts (and recorded then, so an export knows its
             inputs).
@@ -71,8 +71,8 @@ class TaskPreprocessor(PreprocessingLayer):
         super().__init__(**kwargs)
         if isinstance(packer, dict):
             packer = keras.saving.deserialize_keras_object(packer)
-        if not isinstance(packer, Preprocessor):
-            raise TypeError(f"`packer` must be a kbert.Preprocessor, got {type(packer).__name__}.")
+        if not isinstance(packer, TextPacker):
+            raise TypeError(f"`packer` must be a kbert.TextPacker, got {type(packer).__name__}.")
         self.packer = packer
         self.text_pairs = None if text_pairs is None else bool(text_pairs)
 

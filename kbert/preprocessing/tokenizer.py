@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kbert.io.setting_error import SettingError
 from kbert.io.text_files import read_text_lines
 from kbert.preprocessing.base_tokenizer import BaseTokenizer, refuse_unsafe_config_value
 
@@ -116,10 +117,10 @@ def _check_casing(tokens, lowercase, source):
             cased += 1
             capitalised += word.lower() != word
     if cased and capitalised >= _CASED_SHARE * cased:
-        raise ValueError(
+        raise SettingError(
             f"{source}: {capitalised:,} of its {cased:,} word tokens have capital letters, which "
             "lower-cased text never matches (every word would become [UNK]); for a cased "
-            "vocabulary pass --cased (lowercase=False in Python)."
+            "vocabulary pass `lowercase=False`.", {"lowercase=False": "cased"}
         )
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from kbert.preprocessing.base_tokenizer import BaseTokenizer
-from kbert.preprocessing.preprocessor import Preprocessor
+from kbert.preprocessing.text_packer import TextPacker
 from kbert.preprocessing.tokenizer_choice import tokenizer_from_vocabulary
 from kbert.pretraining.pretrainer import Pretrainer
 
@@ -76,7 +76,7 @@ class FillMask:
             raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
         self.pretrainer = pretrainer
         self.tokenizer = tokenizer
-        self.preprocessor = Preprocessor(tokenizer, sequence_length)
+        self.preprocessor = TextPacker(tokenizer, sequence_length)
         self.sequence_length = int(sequence_length)
         self.batch_size = int(batch_size)
         self.excluded_token_ids = sorted(

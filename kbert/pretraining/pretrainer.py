@@ -317,8 +317,7 @@ class Pretrainer(
                 f"The data ({data}targets {sorted(targets)}) does not fit this Pretrainer "
                 f"(objective={self.objective!r}, outputs {sorted(outputs)}): make the data with "
                 f"the Pretrainer's objective (kbert.pretraining_dataset(..., objective="
-                f"{self.objective!r}), `--objective` on the command line), or build the "
-                "Pretrainer with the data's."
+                f"{self.objective!r})), or build the Pretrainer with the data's."
             )
 
     def _fit_as_keras(self, x, y, batch_size, epochs, steps_per_epoch, initial_epoch, callbacks,

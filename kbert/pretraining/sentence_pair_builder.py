@@ -38,10 +38,9 @@ SINGLE_DOCUMENT_WARNING = (
     "The corpus is one document, so next-sentence prediction gets no NotNext pairs (a random B "
     "comes from another document): every pair is IsNext, 0 % NotNext, and NSP accuracy is 1.0 "
     "without learning anything. Give the corpus two or more documents (several files, or "
-    "document_boundary='blank_line' with a blank line between documents), pretrain with "
-    "sentence-order prediction, which pairs segments of one document (objective='sop', "
-    "--objective sop), or pretrain masked LM only with next_sentence=False (objective='none', "
-    "--no-next-sentence on the command line)."
+    "`document_boundary` 'blank_line' with a blank line between documents), pretrain with "
+    "sentence-order prediction, which pairs segments of one document (`objective` 'sop'), or "
+    "pretrain masked LM only (`objective` 'none')."
 )
 
 

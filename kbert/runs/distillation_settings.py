@@ -36,7 +36,7 @@ class DistillationSettings(RunSettings):
     >>> DistillationSettings(general_steps=10)
     Traceback (most recent call last):
     ...
-    kbert.runs.run_settings.SettingError: `general_steps` distils on raw text: give `general_corpus` files.
+    kbert.io.setting_error.SettingError: `general_steps` distils on raw text: give `general_corpus` files.
     """
 
     student: object = "mini"

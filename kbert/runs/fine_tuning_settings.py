@@ -32,7 +32,7 @@ class FineTuningSettings(RunSettings):
     >>> FineTuningSettings(source="web")
     Traceback (most recent call last):
     ...
-    kbert.runs.run_settings.SettingError: `source` must be one of ('local', 'tfds'), got 'web'.
+    kbert.io.setting_error.SettingError: `source` must be one of ('local', 'tfds'), got 'web'.
     """
 
     encoder: object = "tiny"

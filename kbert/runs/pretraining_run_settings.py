@@ -41,7 +41,7 @@ class PretrainingRunSettings(RunSettings):
     >>> PretrainingRunSettings(objective="mlm")
     Traceback (most recent call last):
     ...
-    kbert.runs.run_settings.SettingError: `objective` must be one of ('nsp', 'sop', 'none'), got 'mlm'.
+    kbert.io.setting_error.SettingError: `objective` must be one of ('nsp', 'sop', 'none'), got 'mlm'.
     """
 
     preset: str = "mini"

@@ -36,7 +36,7 @@ class PruningSettings(RunSettings):
     >>> PruningSettings()
     Traceback (most recent call last):
     ...
-    kbert.runs.run_settings.SettingError: Nothing to prune: give a weight `sparsity`, a share of `heads`, or both.
+    kbert.io.setting_error.SettingError: Nothing to prune: give a weight `sparsity`, a share of `heads`, or both.
     """
 
     learning_rate: float | None = 2e-5

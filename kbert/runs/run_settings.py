@@ -1,42 +1,9 @@
-"""The settings every run of a task model shares, and the error that names one of them."""
+"""The settings every run of a task model shares (`SettingError`, which names one, is `kbert.io.setting_error`'s)."""
 
 import dataclasses
 
+from kbert.io.setting_error import SettingError, said_as_flags  # noqa: F401 (the runs import them from here)
 from kbert.io.settings_objects import settings_from_arguments
-
-
-class SettingError(ValueError):
-    """A run setting's value that cannot work, its name (and any other's) written in backticks.
-
-    The `kbert` command says each setting as its flag: a setting is the flag
-    of its name, `batch_size` the command's `--batch-size`.
-
-    Example:
-    >>> error = SettingError("`cased` needs a `vocabulary` file.", ["cased", "vocabulary"])
-    >>> str(error)
-    '`cased` needs a `vocabulary` file.'
-    >>> error.said_as_flags()
-    '--cased needs a --vocabulary file.'
-    """
-
-    def __init__(self, message, names):
-        super().__init__(message)
-        self.names = list(names)
-
-    def said_as_flags(self):
-        """The message with each setting named as the command's flag."""
-        return said_as_flags(str(self), self.names)
-
-
-def said_as_flags(message, names):
-    """`message` with each setting of `names` written in backticks said as the command's flag of its name.
-
-    >>> said_as_flags("`batch_size` 8 reads 80 texts", ["batch_size"])
-    '--batch-size 8 reads 80 texts'
-    """
-    for name in names:
-        message = message.replace(f"`{name}`", "--" + name.replace("_", "-"))
-    return message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +31,7 @@ class RunSettings:
     >>> RunSettings(batch_size=0)
     Traceback (most recent call last):
     ...
-    kbert.runs.run_settings.SettingError: `batch_size` must be a positive integer, got 0.
+    kbert.io.setting_error.SettingError: `batch_size` must be a positive integer, got 0.
     """
 
     batch_size: int = 32

@@ -14,7 +14,7 @@ _MODEL_MODULES = (
     "kbert.models.embedder",
     "kbert.models.encoder",
     "kbert.models.layerwise_distiller",
-    "kbert.models.lean_transformer_encoder",
+    "kbert.models.transformer_block",
     "kbert.models.multiple_choice",
     "kbert.models.optimization",
     "kbert.models.question_answerer",
@@ -25,7 +25,7 @@ _TEXT_MODULES = (
     "kbert.preprocessing.classifier_preprocessor",
     "kbert.preprocessing.embedder_preprocessor",
     "kbert.preprocessing.multiple_choice_preprocessor",
-    "kbert.preprocessing.preprocessor",
+    "kbert.preprocessing.text_packer",
     "kbert.preprocessing.question_answerer_preprocessor",
     "kbert.preprocessing.sentence_piece_tokenizer",
     "kbert.preprocessing.tagger_preprocessor",
@@ -62,9 +62,10 @@ def load_model(path):
     `num_layers` ...: `kbert.io.safe_loading.check_keras_file`), before the
     model is built, and one that names a class neither kbert's nor Keras'.
 
-    A file written by kbert 0.4 or earlier, whose Transformer blocks were
-    keras-hub's, is read through an upgraded copy in a temporary folder
-    (`kbert.models.block_layout_upgrade`).
+    A file of an earlier kbert, whose Transformer blocks' weights lie under
+    other names (kbert 0.4's blocks, `LeanTransformerEncoder`s on keras-hub's
+    `TransformerEncoder`), is read through an upgraded copy in a temporary
+    folder (`kbert.models.block_layout_upgrade`).
 
     Example:
     >>> import tempfile, kbert
@@ -102,9 +103,9 @@ def load_model(path):
 
 
 def _with_current_block_layout(path, folder):
-    from kbert.models.block_layout_upgrade import has_keras_hub_block_layout, upgrade_block_layout
+    from kbert.models.block_layout_upgrade import has_old_block_layout, upgrade_block_layout
 
-    if "://" in str(path) or not has_keras_hub_block_layout(path):
+    if "://" in str(path) or not has_old_block_layout(path):
         return path
     return upgrade_block_layout(path, folder)
 

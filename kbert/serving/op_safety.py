@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+from kbert.io.setting_error import SettingError
+
 SAFE_OPS = Path(__file__).with_name("safe_ops.txt")
 # Every TF2 SavedModel holds a save function and a restore function, which
 # its meta graph's `saver_def` names through two graph nodes. Loading never
@@ -50,11 +52,11 @@ def check_safe_to_load(path):
     saved_model = loader_impl.parse_saved_model(path)
     ops, unsafe = _ops(saved_model, _safe_ops())
     if unsafe:
-        raise ValueError(
+        raise SettingError(
             f"Refused to load the SavedModel at {path}: a SavedModel is a program, and this one uses ops "
             f"that can reach files, the network or other processes, wait without end, or that kbert does "
-            f"not know as safe: {sorted(unsafe)}; pass --trust (trust=True in Python) only for a model whose "
-            f"source you trust."
+            f"not know as safe: {sorted(unsafe)}; pass `trust` only for a model whose source you "
+            "trust.", ["trust"]
         )
     return ops
 

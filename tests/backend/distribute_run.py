@@ -75,7 +75,7 @@ def classify(args, strategy, results, summary):
 
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        preprocessor = kbert.Preprocessor(kbert.Tokenizer(VOCABULARY), sequence_length=16)
+        preprocessor = kbert.TextPacker(kbert.Tokenizer(VOCABULARY), sequence_length=16)
         classifier = kbert.Classifier(tiny_encoder(), preprocessor=preprocessor, num_classes=2, dropout=0.0)
         classifier.compile(learning_rate=1e-3)
     history = classifier.fit(TEXTS, LABELS, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False,
@@ -111,7 +111,7 @@ def batches(args, strategy, results, summary):
     results["prepared_examples"] = np.array([e + [0] * (width - len(e)) for e in examples])
 
     with strategy.scope():
-        preprocessor = kbert.Preprocessor(kbert.Tokenizer(VOCABULARY), sequence_length=16)
+        preprocessor = kbert.TextPacker(kbert.Tokenizer(VOCABULARY), sequence_length=16)
         # As many classes as examples: the labels are the examples' numbers.
         classifier = kbert.Classifier(tiny_encoder(), preprocessor=preprocessor, num_classes=len(TEXTS))
     numbers = list(range(len(TEXTS)))

@@ -117,7 +117,7 @@ def test_long_tokens_widen_the_image_and_every_head_has_one_size(tmp_path):
 
 
 def test_a_task_model_tokenizes_with_its_preprocessor(tmp_path):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 12)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 12)
     model = kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2, preprocessor=preprocessor)
     tokens, scores = AttentionMapLogger(tmp_path, ("the cats sat", "on the mat")).attention(model)
     assert tokens == ["[CLS]", "the", "cat", "##s", "sat", "[SEP]", "on", "the", "mat", "[SEP]"]

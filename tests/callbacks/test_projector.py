@@ -20,7 +20,7 @@ TEXTS = ["the cat sat on the mat", "a good film", "free prize now!", "see you so
 @pytest.fixture(scope="module")
 def embedder():
     encoder = kbert.Encoder(**tiny_encoder_kwargs())
-    return kbert.Embedder(encoder, kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 16))
+    return kbert.Embedder(encoder, kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 16))
 
 
 def projector_app(log_dir):

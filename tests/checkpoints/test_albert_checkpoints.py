@@ -27,7 +27,7 @@ def proto():
 
 
 def encoder_inputs(tokenizer, texts=TEXTS, sequence_length=16):
-    return kbert.Preprocessor(tokenizer, sequence_length=sequence_length)(texts)
+    return kbert.TextPacker(tokenizer, sequence_length=sequence_length)(texts)
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

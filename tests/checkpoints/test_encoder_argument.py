@@ -4,7 +4,8 @@ import keras_hub
 import pytest
 
 import kbert
-from kbert.checkpoints.encoder_argument import ACCEPTED_FORMS, UnknownEncoderError, resolve_encoder
+from kbert.checkpoints.encoder_argument import ACCEPTED_FORMS, UnknownEncoderError, resolve_encoder, resolve_pretrainer
+from kbert.io.setting_error import SettingError
 from tests.test_case import TINY_VOCABULARY, tiny_encoder_kwargs
 
 
@@ -58,10 +59,10 @@ def test_a_keras_hub_backbone_is_converted():
 def test_a_keras_file_and_a_run_folder_hold_an_encoder_or_with_heads_the_pretrainer(saved):
     encoder, tokenizer = resolve_encoder(saved["keras_file"], TINY_VOCABULARY)
     assert isinstance(encoder, kbert.Encoder) and tokenizer.vocabulary_size() == len(TINY_VOCABULARY)
-    pretrainer, tokenizer = resolve_encoder(saved["run"], heads=True)  # its vocab.txt
+    pretrainer, tokenizer = resolve_pretrainer(saved["run"])  # its vocab.txt
     assert isinstance(pretrainer, kbert.Pretrainer) and tokenizer.get_vocabulary() == TINY_VOCABULARY
     # Asked for before the file is read: a broken file fails on the vocabulary first.
-    with pytest.raises(ValueError, match="--vocabulary"):
+    with pytest.raises(SettingError, match="Give a `vocabulary`"):
         resolve_encoder(saved["run"].parent / "missing.keras", require_tokenizer=True)
     with pytest.raises(FileNotFoundError, match="No model file"):
         resolve_encoder(saved["run"].parent / "missing.keras")
@@ -70,8 +71,10 @@ def test_a_keras_file_and_a_run_folder_hold_an_encoder_or_with_heads_the_pretrai
 def test_a_checkpoint_brings_its_tokenizer(saved):
     encoder, tokenizer = resolve_encoder(saved["checkpoint"], dropout=0.0, dtype=None)
     assert encoder.dropout == 0.0 and tokenizer.get_vocabulary() == TINY_VOCABULARY
-    pretrainer, _ = resolve_encoder(saved["checkpoint"], heads=True)
+    pretrainer, _ = resolve_pretrainer(saved["checkpoint"])
     assert isinstance(pretrainer, kbert.Pretrainer)
+    with pytest.warns(DeprecationWarning, match="use `resolve_pretrainer"):  # the old spelling, for one release
+        assert isinstance(resolve_encoder(saved["checkpoint"], heads=True)[0], kbert.Pretrainer)
     with pytest.raises(ValueError, match="brings its own vocabulary"):
         resolve_encoder(saved["checkpoint"], TINY_VOCABULARY)
     with pytest.raises(ValueError, match=r"\['hidden_dim'\] apply to presets; the checkpoint .* is built already"):

@@ -24,7 +24,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def outputs(encoder, tokenizer):
-    return encoder(kbert.Preprocessor(tokenizer, sequence_length=16)(TEXTS))
+    return encoder(kbert.TextPacker(tokenizer, sequence_length=16)(TEXTS))
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def backbone():
 
 @pytest.fixture
 def features():
-    return kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=16)(TEXTS)
+    return kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=16)(TEXTS)
 
 
 def weights_by_path(model):

@@ -13,14 +13,14 @@ from tests.test_case import TINY_VOCABULARY, assert_all_close, tiny_encoder_kwar
 
 
 def outputs(encoder, tokenizer, texts=TEXTS, sequence_length=16):
-    features = kbert.Preprocessor(tokenizer, sequence_length=sequence_length)(texts)
+    features = kbert.TextPacker(tokenizer, sequence_length=sequence_length)(texts)
     return encoder(features)
 
 
 # all-MiniLM-L6-v2, against numbers from the reference implementation (float32).
 def test_minilm_tokens(minilm):
     _, tokenizer = minilm
-    packed = kbert.Preprocessor(tokenizer, sequence_length=9)(["the cat sat on the mat."])
+    packed = kbert.TextPacker(tokenizer, sequence_length=9)(["the cat sat on the mat."])
     assert packed["token_ids"].numpy().tolist() == [
         [101, 1996, 4937, 2938, 2006, 1996, 13523, 1012, 102]
     ]
@@ -29,7 +29,7 @@ def test_minilm_tokens(minilm):
 
 def test_minilm_hidden_states_and_pooler(minilm):
     encoder, tokenizer = minilm
-    features = kbert.Preprocessor(tokenizer, sequence_length=16)(["the cat sat on the mat."])
+    features = kbert.TextPacker(tokenizer, sequence_length=16)(["the cat sat on the mat."])
     out = encoder(features)
     cls = out["sequence_output"].numpy()[0, 0]
     np.testing.assert_allclose(cls[:5], [0.487211, -0.008805, -0.163671, 0.208769, -0.387027], atol=1e-4)
@@ -46,7 +46,7 @@ def test_minilm_hidden_states_and_pooler(minilm):
 def test_minilm_sentence_similarity(minilm):
     encoder, tokenizer = minilm
     texts = ["a man is eating food.", "a man is eating a piece of bread.", "a man is riding a horse."]
-    features = kbert.Preprocessor(tokenizer, sequence_length=16)(texts)
+    features = kbert.TextPacker(tokenizer, sequence_length=16)(texts)
     tokens = encoder(features)["sequence_output"].numpy()
     mask = features["padding_mask"].numpy()[..., None].astype("float32")
     vectors = (tokens * mask).sum(1) / mask.sum(1)
@@ -284,7 +284,7 @@ def test_keras_hub_preset_matches_keras_hub_and_the_source(tiny_encoder, tmp_pat
     restored, restored_tokenizer = kbert.load_pretrained(folder)
     ours = outputs(restored, restored_tokenizer)
     assert_all_close(ours, outputs(encoder, tokenizer), atol=1e-6)
-    features = kbert.Preprocessor(restored_tokenizer, sequence_length=16)(TEXTS)
+    features = kbert.TextPacker(restored_tokenizer, sequence_length=16)(TEXTS)
     theirs = keras_hub.models.BertBackbone.from_preset(folder)(features)
     # keras-hub's BertBackbone uses GELU's tanh approximation, kbert the exact
     # GELU of BERT's reference code: they differ by about 3e-5 here.
@@ -303,7 +303,7 @@ def _pretrainer_with_random_heads(encoder):
 
 
 def _pretrainer_inputs(tokenizer):
-    features = kbert.Preprocessor(tokenizer, sequence_length=16)(TEXTS)
+    features = kbert.TextPacker(tokenizer, sequence_length=16)(TEXTS)
     features["mask_positions"] = tf.constant([[1, 2], [3, 1]], tf.int32)
     return features
 

@@ -203,7 +203,7 @@ def test_prepare_pretraining_shows_plain_progress_when_not_on_a_terminal(tmp_pat
     progress = [line for line in captured.err.splitlines() if line.startswith("Reading the corpus")]
     # A line at each completed shard, and a last one with the totals.
     assert len(progress) == shards
-    assert progress[-1].startswith(f"Reading the corpus: 3/3 file(s), 3 documents, ")
+    assert progress[-1].startswith("Reading the corpus: 3/3 file(s), 3 documents, ")
     assert f", {shards} shard(s) (" in progress[-1]
     counts = [int(line.split(" pairs")[0].rsplit(" ", 1)[-1].replace(",", "")) for line in progress]
     assert counts == sorted(counts) and counts[0] == 5

@@ -124,7 +124,7 @@ def test_train_explains_what_it_needs_in_one_line(tmp_path, capsys):
     odd = write_csv(tmp_path / "odd.csv", [("1", "hello", "x")], header=("n", "body", "verdict"))
     assert cli.main(["train", "--train", odd, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "no column is the text by its name; the columns are ['n', 'body', 'verdict']" in err
+    assert "no column is the text by its name; the columns are ['n', 'body', 'verdict']: name it with --text-column" in err
     assert cli.main(["train", "sst2", "--train", odd, "--out", str(tmp_path / "run")]) == 2
     assert "not both" in capsys.readouterr().err
     assert cli.main(["train", "--out", str(tmp_path / "run")]) == 2

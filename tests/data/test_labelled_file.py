@@ -73,7 +73,7 @@ def test_json_lines_with_pairs_numbers_and_a_bad_line(tmp_path):
 def test_columns_that_cannot_be_guessed_are_listed(tmp_path):
     path = write(tmp_path / "odd.csv", "body,verdict\nhello,yes\n")
     with pytest.raises(DataFormatError, match=r"no column is the label by its name; the columns are "
-                                              r"\['body', 'verdict'\]: name it with .*--label-column"):
+                                              r"\['body', 'verdict'\]: name it with `label_column`"):
         read_labelled_file(path, text_column="body")
     examples = read_labelled_file(path, text_column="body", label_column="verdict")
     assert (examples.texts, examples.labels) == (["hello"], ["yes"])

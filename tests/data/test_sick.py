@@ -112,7 +112,7 @@ def test_pairs_feed_a_classifier_as_two_segments():
 
     pairs, labels = load_sick("trial")
     pairs = (pairs[0][:8], pairs[1][:8])
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=32)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=32)
     segment_ids = preprocessor(pairs)["segment_ids"].numpy()
     assert (segment_ids.max(axis=1) == 1).all()  # sentence B is segment 1 in every pair
     model = kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), 3, preprocessor)

@@ -62,7 +62,7 @@ def test_classifier_from_an_albert_checkpoint_fits_saves_and_serves_in_a_fresh_p
 
 def test_tagger_on_an_albert_encoder(albert_parts, tmp_path):
     encoder, tokenizer = albert_parts
-    preprocessor = kbert.Preprocessor(tokenizer, sequence_length=16)
+    preprocessor = kbert.TextPacker(tokenizer, sequence_length=16)
     model = kbert.tagger(encoder, labels=["O", "B-X", "I-X"], preprocessor=preprocessor)
     words = [["A", "good", "film,", "1999."], ["Café", "naïve"]]
     tags = [["O", "B-X", "I-X", "O"], ["B-X", "O"]]
@@ -75,7 +75,7 @@ def test_tagger_on_an_albert_encoder(albert_parts, tmp_path):
 
 def test_question_answerer_on_an_albert_encoder_maps_answers_to_text(albert_parts, tmp_path):
     encoder, tokenizer = albert_parts
-    preprocessor = kbert.Preprocessor(tokenizer, sequence_length=32)
+    preprocessor = kbert.TextPacker(tokenizer, sequence_length=32)
     model = kbert.question_answerer(encoder, preprocessor=preprocessor, max_question_length=8, doc_stride=8)
     contexts = ["In 1999, the Café Naïve opened on the mat.", "The cat sat on the mat, then ran."]
     questions = ["When did it open?", "Where did the cat sit?"]

@@ -194,14 +194,14 @@ def test_bad_labels_are_refused_before_training(labels, message):
 
 
 def test_mismatched_vocabulary_is_refused():
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 12)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 12)
     encoder = kbert.Encoder(**tiny_encoder_kwargs(vocabulary_size=100))
     with pytest.raises(ValueError, match="tokenizer has 27 tokens but the encoder embeds 100"):
         kbert.Classifier(encoder, num_classes=2, preprocessor=preprocessor)
 
 
 def test_sequence_longer_than_positions_is_refused():
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 64)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 64)
     with pytest.raises(ValueError, match="exceeds the encoder's `max_sequence_length` 32"):
         kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2, preprocessor=preprocessor)
 
@@ -225,7 +225,7 @@ def test_bad_input_text_is_handled():
 
 def deterministic_classifier(num_classes=2, **kwargs):
     """A classifier whose loss can be recomputed: no dropout, a learning rate of 0."""
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 12)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 12)
     encoder = kbert.Encoder(**{**tiny_encoder_kwargs(), "dropout": 0.0})
     model = kbert.Classifier(encoder, num_classes, preprocessor, dropout=0.0, **kwargs)
     model.compile(optimizer=keras.optimizers.SGD(0.0))

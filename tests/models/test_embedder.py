@@ -19,7 +19,7 @@ TEXTS = ["the cat sat on the mat", "a good film", "free prize now!", "see"]
 
 
 def tiny_parts(sequence_length=12, num_layers=3, architecture="bert"):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
     encoder = kbert.Encoder(**{**tiny_encoder_kwargs(architecture=architecture), "num_layers": num_layers})
     return encoder, preprocessor
 
@@ -62,7 +62,7 @@ def test_mean_pooling_is_the_masked_mean_of_the_last_layer():
 
 def test_padding_does_not_change_the_embedding():
     encoder, short = tiny_parts(sequence_length=10)
-    long = kbert.Preprocessor(short.tokenizer, 30)
+    long = kbert.TextPacker(short.tokenizer, 30)
     alone = embed(kbert.Embedder(encoder, short), ["a good film"])
     padded = embed(kbert.Embedder(encoder, long), ["a good film"])
     np.testing.assert_allclose(alone, padded, atol=1e-5)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import kbert
-from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
+from kbert.models.transformer_block import TransformerBlock
 from kbert.models.presets import PRESETS, encoder_parameter_count, parameter_count
 from tests.test_case import (
     ARCHITECTURES,
@@ -150,9 +150,15 @@ def test_bad_config_is_named(kwargs, message):
         kbert.Encoder(**{**tiny_encoder_kwargs(), **kwargs})
 
 
-def test_unknown_preset_lists_the_presets():
-    with pytest.raises(ValueError, match="Unknown preset 'huge'.*tiny"):
+def test_from_preset_builds_a_fresh_size_and_sends_weights_to_load_pretrained():
+    with pytest.raises(ValueError, match=r"'huge' is not a kbert preset \(a size: \['tiny'.*load_pretrained\('huge'\)"):
         kbert.Encoder.from_preset("huge", vocabulary_size=100)
+    # A keras-hub user's spellings: weights are load_pretrained's; load_weights=False is what this does.
+    with pytest.raises(ValueError, match=r"presets are sizes, without weights.*load_pretrained\('tiny'\)"):
+        kbert.Encoder.from_preset("tiny", vocabulary_size=100, load_weights=True)
+    with pytest.raises(ValueError, match="give `vocabulary_size`"):
+        kbert.Encoder.from_preset("tiny")
+    assert kbert.Encoder.from_preset("tiny", vocabulary_size=100, load_weights=False).vocabulary_size == 100
 
 
 @pytest.mark.tensorflow_backend  # shapes and counts: the same on every backend
@@ -313,7 +319,7 @@ def test_heads_per_layer_shapes_and_parameter_count():
         assert tuple(attention.value_dense.bias.shape) == (heads, 4)
         assert tuple(attention.output_dense.kernel.shape) == (heads, 4, 16)
     # Every block, pruned or not, is kbert's lean block.
-    assert all(isinstance(block, LeanTransformerEncoder) for block in encoder.transformer_layers)
+    assert all(isinstance(block, TransformerBlock) for block in encoder.transformer_layers)
     outputs = encoder(encoder_inputs())
     assert outputs["sequence_output"].shape == (2, 6, 16) and len(outputs["encoder_outputs"]) == 3
     assert encoder.is_head_pruned
@@ -340,7 +346,7 @@ def test_every_head_kept_is_the_unpruned_encoder():
     same = kbert.Encoder(**tiny_encoder_kwargs(), dropout=0.0, heads_per_layer=[2, 2])
     assert plain.heads_per_layer is None and not plain.is_head_pruned and not same.is_head_pruned
     assert [w.path for w in same.weights] == [w.path for w in plain.weights]
-    assert [type(block) for block in same.transformer_layers] == [LeanTransformerEncoder] * 2
+    assert [type(block) for block in same.transformer_layers] == [TransformerBlock] * 2
     same.set_weights(plain.get_weights())
     assert_all_close(plain(encoder_inputs()), same(encoder_inputs()), atol=0)
     # A pruned layer's variables have the paths, and the order, of a full one.

@@ -19,7 +19,7 @@ PARTS = ["attention_loss", "embedding_loss", "hidden_loss", "loss"]
 
 
 def packer(sequence_length=12):
-    return kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    return kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
 
 
 def encoder(**overrides):
@@ -225,9 +225,9 @@ def test_bad_arguments():
     vocabulary = TINY_VOCABULARY
     other = vocabulary[:10] + ["dogs"] + vocabulary[11:]  # same size, one token differs
     teacher = kbert.Classifier(encoder(), num_classes=2,
-                               preprocessor=kbert.Preprocessor(kbert.Tokenizer(vocabulary), 8))
+                               preprocessor=kbert.TextPacker(kbert.Tokenizer(vocabulary), 8))
     student = kbert.Classifier(encoder(), num_classes=2,
-                               preprocessor=kbert.Preprocessor(kbert.Tokenizer(other), 8))
+                               preprocessor=kbert.TextPacker(kbert.Tokenizer(other), 8))
     with pytest.raises(ValueError, match=r"student's vocabulary differs .* id 10: 'dogs' vs 'on'"):
         kbert.LayerwiseDistiller(teacher, student)
     with pytest.raises(ValueError, match="teacher embeds 27 tokens but the student 30"):

@@ -18,7 +18,7 @@ LABELS = [0, 0, 1, 0]
 
 
 def tiny_multiple_choice(num_choices=3, sequence_length=10, architecture="bert", **kwargs):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
     encoder = kbert.Encoder(**tiny_encoder_kwargs(architecture=architecture))
     return kbert.MultipleChoice(encoder, num_choices=num_choices, preprocessor=preprocessor, **kwargs)
 

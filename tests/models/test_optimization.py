@@ -165,7 +165,7 @@ def test_fit_traces_the_training_step_once_and_frees_it_with_the_model(task, tmp
         return sum(isinstance(o, FuncGraph) for o in gc.get_objects())
 
     before = live_graphs()
-    packer = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=8)
+    packer = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=8)
     if task == "classifier":
         model = kbert.Classifier(kbert.Encoder(**tiny_encoder_kwargs()), num_classes=2,
                                  preprocessor=kbert.ClassifierPreprocessor(packer, num_classes=2))

@@ -30,7 +30,7 @@ NON_ASCII_CONTEXT = "Zoë's café: 東京 🤗 naïve e\u0301te\u0301 Ω sat!"
 
 def tiny_answerer(sequence_length=SEQUENCE_LENGTH, vocabulary=TINY_VOCABULARY, **kwargs):
     kwargs = {"doc_stride": 3, "max_question_length": 4, **kwargs}
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(vocabulary), sequence_length)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(vocabulary), sequence_length)
     encoder = kbert.Encoder(**tiny_encoder_kwargs(len(vocabulary)))
     return kbert.QuestionAnswerer(encoder, preprocessor, **kwargs)
 
@@ -514,7 +514,7 @@ def test_targets_decode_back_to_the_squad_answers():
     # Every character is a token: the targets can hit any answer exactly.
     characters = sorted({c for r in records for text in (r["context"], r["question"]) for c in text if not c.isspace()})
     vocabulary = list(kbert.SPECIAL_TOKENS) + characters + ["##" + c for c in characters]
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(vocabulary, lowercase=False), 256)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(vocabulary, lowercase=False), 256)
     encoder = kbert.Encoder(vocabulary_size=len(vocabulary), num_layers=1, hidden_dim=8, num_heads=1,
                             intermediate_dim=8, max_sequence_length=256)
     model = kbert.QuestionAnswerer(encoder, preprocessor, doc_stride=64, max_question_length=32,

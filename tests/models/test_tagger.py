@@ -27,7 +27,7 @@ TAGS = [
 
 
 def tiny_tagger(sequence_length=12, **kwargs):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
     encoder = kbert.Encoder(**tiny_encoder_kwargs())
     return kbert.Tagger(encoder, labels=LABELS, preprocessor=preprocessor, **kwargs)
 
@@ -292,7 +292,7 @@ def test_predict_input_errors(model):
     ],
 )
 def test_bad_labels_are_named(labels, error, message):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 8)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 8)
     with pytest.raises(error, match=message):
         kbert.Tagger(kbert.Encoder(**tiny_encoder_kwargs()), labels=labels, preprocessor=preprocessor)
 

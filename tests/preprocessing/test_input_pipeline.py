@@ -13,7 +13,7 @@ LABELS = [1, 0, 1, 0, 1]
 
 
 def classifier_preprocessor(sequence_length=16):
-    packer = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    packer = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
     return kbert.ClassifierPreprocessor(packer, num_classes=2)
 
 
@@ -36,7 +36,7 @@ def test_shuffled_text_pairs_without_targets_stay_pairs():
     """Grouping by length keeps a pair whole: its second texts never pass for targets."""
     from kbert.preprocessing.task_preprocessor import TaskPreprocessor
 
-    packer = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), 16)
+    packer = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), 16)
     pairs = (TEXTS, TEXTS[::-1])
     for shuffle in (False, True):
         dataset = kbert.data.task_dataset(TaskPreprocessor(packer), pairs, batch_size=2, shuffle=shuffle)

@@ -13,7 +13,7 @@ from tests.test_case import TINY_VOCABULARY
 
 
 def test_preprocessor_runs_in_a_saved_model_loaded_without_kbert(tmp_path):
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=10)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=10)
     module = tf.Module()
     module.preprocessor = preprocessor
     module.pack = tf.function(

@@ -335,10 +335,10 @@ def test_split_words(tokenizer):
 
 
 def test_preprocessor_packs_albert_special_tokens(tokenizer):
-    preprocessor = kbert.Preprocessor(tokenizer, sequence_length=12)
+    preprocessor = kbert.TextPacker(tokenizer, sequence_length=12)
     packed = preprocessor((["a good film"], ["bad"]))
     ids = packed["token_ids"].numpy()[0].tolist()
     assert ids[0] == tokenizer.cls_token_id and ids.count(tokenizer.sep_token_id) == 2
     assert ids[-1] == tokenizer.pad_token_id == 0
-    restored = kbert.Preprocessor.from_config(preprocessor.get_config())
+    restored = kbert.TextPacker.from_config(preprocessor.get_config())
     assert isinstance(restored.tokenizer, kbert.SentencePieceTokenizer)

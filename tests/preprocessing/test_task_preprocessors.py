@@ -10,7 +10,7 @@ from tests.test_case import TINY_VOCABULARY, assert_all_close, run_preprocessing
 
 
 def packer(sequence_length=16):
-    return kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
+    return kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length)
 
 
 PREPROCESSORS = {

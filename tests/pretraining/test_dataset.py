@@ -548,7 +548,7 @@ def test_real_book_next_sentence_share_and_mask_rate(capsys):
 
 def test_a_one_file_corpus_warns_that_nsp_gets_no_not_next_pairs(tmp_path, vocabulary):
     one_file = write_corpus(tmp_path / "one", files=1)
-    with pytest.warns(UserWarning, match=r"one document.*next_sentence=False"):
+    with pytest.warns(UserWarning, match=r"one document.*`objective` 'none'"):
         make_dataset(one_file, vocabulary)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

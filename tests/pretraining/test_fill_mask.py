@@ -39,7 +39,7 @@ def test_lists_top_k_candidates_per_mask_in_order(pretrainer):
     # The scores are the model's: softmax of the masked-LM logits at the
     # [MASK] positions ([CLS] the [MASK] sat on the [MASK] . [SEP]), without
     # the excluded tokens.
-    x = kbert.Preprocessor(fm.tokenizer, 16)(["The [MASK] sat on the [MASK]."])
+    x = kbert.TextPacker(fm.tokenizer, 16)(["The [MASK] sat on the [MASK]."])
     x = {name: value.numpy() for name, value in x.items()}
     x["mask_positions"] = np.array([[2, 6]], "int32")
     assert x["token_ids"][0, 2] == x["token_ids"][0, 6] == TINY_VOCABULARY.index("[MASK]")
@@ -158,7 +158,7 @@ def test_predicts_the_word_a_trained_model_learned():
     """An MLM-only model that memorised one sentence fills its blanks."""
     tokenizer = kbert.Tokenizer(TINY_VOCABULARY)
     sentence = "the cat sat on the mat ."
-    preprocessor = kbert.Preprocessor(tokenizer, sequence_length=12)
+    preprocessor = kbert.TextPacker(tokenizer, sequence_length=12)
     packed = {name: value.numpy() for name, value in preprocessor([sentence]).items()}
     words = int(packed["padding_mask"].sum()) - 2  # less [CLS] and [SEP]
     # One example per word: that word masked, to be predicted.

@@ -5,7 +5,7 @@ import pytest
 
 from kbert.backend import gradient_function
 from kbert.models.encoder import gelu_approximate
-from kbert.models.lean_transformer_encoder import LeanTransformerEncoder
+from kbert.models.transformer_block import TransformerBlock
 from tests.test_case import assert_all_close, numpy, run_layer_test, run_precision_test
 
 # The block is each backend's own code (kbert.backend.transformer_block): all of it runs on every backend.
@@ -18,7 +18,7 @@ def block_pair(activation="gelu", dropout=0.0, dtype=None):
     """A lean block and keras-hub's, built for (2, 7, HIDDEN), with the same random weights."""
     settings = dict(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=dropout, activation=activation,
                     layer_norm_epsilon=1e-12, dtype=dtype)
-    lean, reference = LeanTransformerEncoder(**settings), keras_hub.layers.TransformerEncoder(**settings)
+    lean, reference = TransformerBlock(**settings), keras_hub.layers.TransformerEncoder(**settings)
     lean.build((2, 7, HIDDEN))
     reference.build((2, 7, HIDDEN))
     rng = np.random.default_rng(0)
@@ -99,7 +99,7 @@ def test_attention_dropout_drops_out_the_attention_probabilities_alone():
     x, padding_mask = inputs()
     # With no other dropout, training is inference unless the attention probabilities drop out.
     assert_all_close(lean(x, padding_mask=padding_mask, training=True), lean(x, padding_mask=padding_mask))
-    attention_only = LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
+    attention_only = TransformerBlock(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
                                             attention_dropout=0.5, activation="gelu", layer_norm_epsilon=1e-12)
     attention_only.build((2, 7, HIDDEN))
     # Another rate for the attention probabilities leaves keras-hub's variables and their order.
@@ -115,9 +115,9 @@ def test_attention_dropout_drops_out_the_attention_probabilities_alone():
 
 def test_only_the_post_layer_norm_block_is_made():
     with pytest.raises(ValueError, match="post-LayerNorm"):
-        LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, normalize_first=True)
+        TransformerBlock(intermediate_dim=INTERMEDIATE, num_heads=HEADS, normalize_first=True)
     # Configs written when the block was keras-hub's carry normalize_first=False.
-    assert LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS,
+    assert TransformerBlock(intermediate_dim=INTERMEDIATE, num_heads=HEADS,
                                   normalize_first=False).get_config()["normalize_first"] is False
 
 
@@ -133,7 +133,7 @@ def test_layer_harness():
 
 def test_precision_harness():
     def make(policy):
-        return LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
+        return TransformerBlock(intermediate_dim=INTERMEDIATE, num_heads=HEADS, dropout=0.0,
                                       activation="gelu", layer_norm_epsilon=1e-12, dtype=policy)
 
     run_precision_test(make, inputs(), call=call_block)
@@ -154,7 +154,7 @@ def test_projections_are_plain_matmuls():
 
 
 def test_heads_of_a_pruned_block_keep_their_size():
-    block = LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=1, head_dim=HIDDEN // HEADS)
+    block = TransformerBlock(intermediate_dim=INTERMEDIATE, num_heads=1, head_dim=HIDDEN // HEADS)
     x, padding_mask = inputs()
     assert block(x, padding_mask=padding_mask).shape == (2, 7, HIDDEN)
     assert tuple(block.self_attention_layer.query_dense.kernel.shape) == (HIDDEN, 1, HIDDEN // HEADS)
@@ -164,14 +164,14 @@ def test_heads_of_a_pruned_block_keep_their_size():
 def test_config_round_trip():
     x, padding_mask = inputs()
     for block in [block_pair(activation=gelu_approximate)[0],
-                  LeanTransformerEncoder(intermediate_dim=INTERMEDIATE, num_heads=2, head_dim=4,
+                  TransformerBlock(intermediate_dim=INTERMEDIATE, num_heads=2, head_dim=4,
                                          attention_dropout=0.0, dropout=0.1)]:
         block(x)
         config = block.get_config()
-        restored = LeanTransformerEncoder.from_config(config)
+        restored = TransformerBlock.from_config(config)
         assert restored.get_config() == config
         restored.build(x.shape)
         restored.set_weights(block.get_weights())
         assert_all_close(restored(x, padding_mask=padding_mask), block(x, padding_mask=padding_mask))
     assert restored.head_dim == 4 and restored.attention_dropout == 0.0 and restored.dropout == 0.1
-    assert keras.saving.get_registered_object("kbert>LeanTransformerEncoder") is LeanTransformerEncoder
+    assert keras.saving.get_registered_object("kbert>TransformerBlock") is TransformerBlock

@@ -28,7 +28,7 @@ def tokenizer():
 
 
 def make(tokenizer, sequence_length, truncation="longest_first"):
-    return kbert.Preprocessor(tokenizer, sequence_length=sequence_length, truncation=truncation)
+    return kbert.TextPacker(tokenizer, sequence_length=sequence_length, truncation=truncation)
 
 
 # Packing.
@@ -215,7 +215,7 @@ def test_unknown_truncation_raises(tokenizer, truncation):
 
 def test_tokenizer_must_be_a_kbert_tokenizer():
     with pytest.raises(TypeError, match="kbert.Tokenizer"):
-        kbert.Preprocessor(TINY_VOCABULARY, sequence_length=8)
+        kbert.TextPacker(TINY_VOCABULARY, sequence_length=8)
 
 
 # Keras layer behaviour.
@@ -237,7 +237,7 @@ def test_keras_serialization_round_trip(tokenizer):
     restored = keras.saving.deserialize_keras_object(
         keras.saving.serialize_keras_object(preprocessor)
     )
-    assert isinstance(restored, kbert.Preprocessor)
+    assert isinstance(restored, kbert.TextPacker)
     inputs = (["the cat sat"], ["a dog sat"])
     assert to_lists(restored(inputs)) == to_lists(preprocessor(inputs))
 
@@ -366,7 +366,7 @@ def test_capping_texts_at_the_budget_keeps_shrink_longest_results():
 
 
 def test_a_pair_of_100k_character_texts_is_truncated():
-    preprocessor = kbert.Preprocessor(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=16)
+    preprocessor = kbert.TextPacker(kbert.Tokenizer(TINY_VOCABULARY), sequence_length=16)
     outputs = preprocessor((["the cat " * 12_500], ["a dog " * 16_700]))
     ids = outputs["token_ids"].numpy()[0].tolist()
     vocabulary = TINY_VOCABULARY
