@@ -206,7 +206,12 @@ def check_finite(tensors, path):
             )
 
 
-def check_sizes_against_tensors(config_path, weights_path, expectations, shapes):
+def tensor_as_named(name, shape):
+    """A tensor as an error names it: its name, and its shape where it has one."""
+    return name if shape is None else f"{name} of shape {tuple(shape)}"
+
+
+def check_sizes_against_tensors(config_path, weights_path, expectations, shapes, shown=tensor_as_named):
     """Checks config sizes against the tensors that hold them, before an encoder of that size is built.
 
     `expectations` lists `(key, value, tensor_name, axis)`: the tensor must
@@ -214,20 +219,22 @@ def check_sizes_against_tensors(config_path, weights_path, expectations, shapes)
     the config's value. A config from another model, or one that claims a
     size no tensor holds, fails naming the key, the tensor and its shape,
     instead of building (and allocating) an encoder of that size first.
+    `shown(name, shape)` names a tensor as its file does (shape None: a
+    tensor the file lacks).
     """
     for key, value, name, axis in expectations:
         shape = shapes.get(name)
         if shape is None:
             raise CheckpointError(
-                config_path, f"{key} is {value}, but {weights_path} holds no {name} to hold it; the config "
-                "and the weights disagree.", key=key
+                config_path, f"{key} is {value}, but {weights_path} holds no {shown(name, None)} to hold it; "
+                "the config and the weights disagree.", key=key
             )
         if len(shape) <= axis:
             continue  # an odd tensor is named when the weights are assigned
         if shape[axis] != value:
             raise CheckpointError(
-                config_path, f"{key} is {value}, but {weights_path} holds {name} of shape "
-                f"{tuple(shape)}; the config and the weights disagree.", key=key
+                config_path, f"{key} is {value}, but {weights_path} holds {shown(name, shape)}; the config and "
+                "the weights disagree.", key=key
             )
 
 

@@ -50,6 +50,28 @@ def huggingface_name(name):
     return name
 
 
+# The tensors whose shapes a config's sizes are checked against, as Google's checkpoints name them.
+_CHECKED_TENSORS = {
+    "embeddings.word_embeddings.weight": "bert/embeddings/word_embeddings",
+    "embeddings.position_embeddings.weight": "bert/embeddings/position_embeddings",
+    "embeddings.token_type_embeddings.weight": "bert/embeddings/token_type_embeddings",
+    "encoder.layer.0.intermediate.dense.weight": "bert/encoder/layer_0/intermediate/dense/kernel",
+}
+
+
+def _as_google_names_it(targets, shapes):
+    """How an error names a tensor of this checkpoint: by its variable's name and shape, not Hugging Face's."""
+    originals = {target: name for name, target in targets.items() if target is not None}
+
+    def shown(name, shape):
+        original = originals.get(name)
+        if original is None:
+            return _CHECKED_TENSORS.get(name, name)
+        return f"{original} of shape {tuple(shapes[original])}"
+
+    return shown
+
+
 def encoder_arguments(config, source):
     """`kbert.Encoder` arguments from a `bert_config.json` dict (`source` names the file in errors).
 
@@ -86,7 +108,7 @@ def read_google_checkpoint(folder):
         huggingface.check_config_against_tensors(arguments, {
             target: tuple(shapes[name])[::-1] if name.endswith("/kernel") else tuple(shapes[name])
             for name, target in targets.items() if target is not None
-        }, config_path, prefix)
+        }, config_path, prefix, shown=_as_google_names_it(targets, shapes))
         for name, target in targets.items():
             if target is None:
                 continue

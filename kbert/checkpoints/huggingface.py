@@ -27,6 +27,7 @@ from kbert.checkpoints.checkpoint_files import (
     read_json,
     read_safetensors,
     read_safetensors_shapes,
+    tensor_as_named,
 )
 from kbert.io.safe_loading import encoder_weight_count
 
@@ -80,14 +81,15 @@ def check_heads(arguments, source):
         )
 
 
-def check_config_against_tensors(arguments, shapes, config_path, weights_path):
+def check_config_against_tensors(arguments, shapes, config_path, weights_path, shown=tensor_as_named):
     """A BERT config's sizes against the tensors that hold them (`{name: shape}`), before an encoder is built.
 
     Each size must be a tensor's (vocab_size and hidden_size the word
     embeddings', max_position_embeddings the position embeddings', ...),
     every layer must have tensors, and the weights the config implies in
     all must not exceed those the file holds: so an encoder is never
-    bigger than its weights file.
+    bigger than its weights file. `shown` names a tensor in an error
+    (`check_sizes_against_tensors`).
     """
     check_sizes_against_tensors(config_path, weights_path, [
         ("vocab_size", arguments["vocabulary_size"], "embeddings.word_embeddings.weight", 0),
@@ -95,7 +97,7 @@ def check_config_against_tensors(arguments, shapes, config_path, weights_path):
         ("max_position_embeddings", arguments["max_sequence_length"], "embeddings.position_embeddings.weight", 0),
         ("type_vocab_size", arguments["num_segments"], "embeddings.token_type_embeddings.weight", 0),
         ("intermediate_size", arguments["intermediate_dim"], "encoder.layer.0.intermediate.dense.weight", 0),
-    ], shapes)
+    ], shapes, shown)
     check_count_against_tensors(config_path, weights_path, "num_hidden_layers", arguments["num_layers"],
                                 shapes, r"encoder\.layer\.(\d+)\.")
     check_layer_count(config_path, "num_hidden_layers", arguments["num_layers"])

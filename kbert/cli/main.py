@@ -179,12 +179,10 @@ def one_line(error):
     `SettingError`, a `DataFormatError`) says them as the command's flags
     (--batch-size).
     """
-    from kbert.io.setting_error import SettingError
-
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     if isinstance(error, OSError) and error.filename and error.strerror:
         message = f"{error.filename}: {error.strerror}"
-    if isinstance(error, SettingError) or hasattr(error, "said_as_flags"):
+    if hasattr(error, "said_as_flags"):
         message = error.said_as_flags()
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(message).splitlines()]
     lines = [line for line in lines if line]

@@ -146,6 +146,16 @@ def test_a_google_checkpoint_is_checked_before_its_tensors_are_read(tmp_path, mo
     assert "holds tensors for 2" in str(error)
 
 
+def test_a_google_checkpoint_s_tensors_are_named_as_google_names_them(tmp_path):
+    encoder = kbert.Encoder(**tiny_encoder_kwargs())
+    folder = str(tmp_path / "google")
+    write_google_checkpoint(folder, encoder_tensors(encoder), huggingface_config(encoder), TINY_VOCABULARY)
+    edit_config(folder, "bert_config.json", intermediate_size=64)
+    message = str(refusal(folder))
+    # Google's variable, in Google's layout (hidden, intermediate): not Hugging Face's name and shape.
+    assert "holds bert/encoder/layer_0/intermediate/dense/kernel of shape (16, 32);" in message, message
+
+
 def test_an_albert_folder_of_100000_shared_layers_is_refused(tmp_path):
     from tests.albert import albert_sentence_piece_model, random_backbone, write_huggingface_albert
 
