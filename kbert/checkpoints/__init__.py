@@ -1,11 +1,12 @@
 """Published BERT and ALBERT checkpoints: load them into kbert, save kbert encoders for others; keras-hub conversions.
 
 `resolve_encoder` says what any `encoder` argument names (a preset, a checkpoint, a `.keras` file, an encoder or
-a keras-hub backbone) and returns it as an encoder and its tokenizer.
+a keras-hub backbone) and returns it as an encoder and its tokenizer; `resolve_pretrainer` the same, with the
+pretraining heads.
 """
 
 from kbert.checkpoints.checkpoint_files import CheckpointError
-from kbert.checkpoints.encoder_argument import UnknownEncoderError, resolve_encoder
+from kbert.checkpoints.encoder_argument import UnknownEncoderError, resolve_encoder, resolve_pretrainer
 from kbert.checkpoints.keras_hub_models import (
     encoder_from_keras_hub,
     encoder_to_keras_hub,
@@ -38,6 +39,7 @@ __all__ = [
     "load_pretrained",
     "resolve_checkpoint",
     "resolve_encoder",
+    "resolve_pretrainer",
     "save_pretrained",
     "tokenizer_from_keras_hub",
     "tokenizer_to_keras_hub",
