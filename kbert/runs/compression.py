@@ -15,12 +15,12 @@ import time
 import numpy as np
 
 from kbert.io.atomic_files import json_text, write_text
+from kbert.io.setting_error import SettingError
 from kbert.runs.distillation_settings import DistillationSettings
 from kbert.runs.fine_tuning import evaluate_task, load_split, sample_examples
 from kbert.runs.outputs import clean_run_folder, write_run
 from kbert.runs.pruning_settings import PruningSettings
 from kbert.runs.recipes import recipe
-from kbert.runs.run_settings import SettingError
 
 STUDENT_LAYERS_PREFIX = "layers:"
 

@@ -11,10 +11,10 @@ import warnings
 
 import numpy as np
 
+from kbert.io.setting_error import SettingError
 from kbert.runs.fine_tuning_settings import FineTuningSettings
 from kbert.runs.named_data import FILE_SPLITS, named_file_data
 from kbert.runs.recipes import FILES, default_epochs, positive_class, problem_type, recipe, score_name
-from kbert.runs.run_settings import SettingError
 
 # The bert-base-uncased vocabulary ships with this checkpoint package.
 DEFAULT_VOCABULARY_CHECKPOINT = "all-minilm-l6-v2"

@@ -3,7 +3,8 @@
 import dataclasses
 
 from kbert.data.tfds_source import SOURCES
-from kbert.runs.run_settings import RunSettings, SettingError
+from kbert.io.setting_error import SettingError
+from kbert.runs.run_settings import RunSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from kbert.data.labelled_file import (
     label_scores,
     read_labelled_file,
 )
-from kbert.runs.run_settings import SettingError
+from kbert.io.setting_error import SettingError
 
 # The sequence length of a run on files unless `sequence_length` says otherwise.
 FILE_SEQUENCE_LENGTH = 128

@@ -21,8 +21,8 @@ import math
 import os
 
 from kbert.io.atomic_files import json_text, write_atomically, write_text
+from kbert.io.setting_error import SettingError
 from kbert.runs.own_data import sha256_of
-from kbert.runs.run_settings import SettingError
 
 SETTINGS_FILE = "settings.json"
 VOCABULARY_FILE = "vocab.txt"

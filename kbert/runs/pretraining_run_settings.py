@@ -2,9 +2,10 @@
 
 import dataclasses
 
+from kbert.io.setting_error import SettingError
 from kbert.pretraining.documents import DOCUMENT_BOUNDARIES
 from kbert.pretraining.sentence_pair_builder import OBJECTIVES
-from kbert.runs.run_settings import RunSettings, SettingError
+from kbert.runs.run_settings import RunSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 import dataclasses
 
-from kbert.runs.run_settings import RunSettings, SettingError
+from kbert.io.setting_error import SettingError
+from kbert.runs.run_settings import RunSettings
 
 # How the weight sparsity is held: for each Transformer kernel, or over all of them.
 SCOPES = ("layer", "global")

@@ -1,8 +1,8 @@
-"""The settings every run of a task model shares (`SettingError`, which names one, is `kbert.io.setting_error`'s)."""
+"""The settings every run of a task model shares."""
 
 import dataclasses
 
-from kbert.io.setting_error import SettingError, said_as_flags  # noqa: F401 (the runs import them from here)
+from kbert.io.setting_error import SettingError
 from kbert.io.settings_objects import settings_from_arguments
 
 

@@ -85,7 +85,7 @@ def test_run_settings_are_named_as_settings_in_python_and_as_flags_by_the_comman
     from kbert.cli.arguments import said_as_flags
     from kbert.runs.fine_tuning import fine_tune, one_class_warning
     from kbert.runs.fine_tuning_settings import FineTuningSettings
-    from kbert.runs.run_settings import SettingError
+    from kbert.io.setting_error import SettingError
 
     line = one_class_warning({"split": "dev", "examples": 4, "confusion_matrix": [[3, 0], [1, 0]]}, ["ham", "spam"])
     assert "train longer (`epochs`), at a higher `learning_rate`" in line and "--" not in line

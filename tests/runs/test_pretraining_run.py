@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from kbert.io.setting_error import SettingError
 from kbert.runs import pretraining_run
 from kbert.runs.pretraining_run import SETTINGS_FILE, check_same_run, corpus_identity, read_record, record_run
-from kbert.runs.run_settings import SettingError
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
 SETTINGS = {
