@@ -145,10 +145,9 @@ _RENAMED = {"Preprocessor": "TextPacker"}
 
 def __getattr__(name):
     if name in _RENAMED:
-        import warnings
+        from kbert.io.deprecation import warn_renamed
 
-        warnings.warn(f"`kbert.{name}` is deprecated: use `kbert.{_RENAMED[name]}`; the old name goes in the next "
-                      "release.", DeprecationWarning, stacklevel=2)
+        warn_renamed(f"kbert.{name}", f"kbert.{_RENAMED[name]}")
         return __getattr__(_RENAMED[name])
     if name in _NAMES:
         _needs_tensorflow(name, _NAMES[name])

@@ -158,7 +158,7 @@ def run_precision_test(make, inputs, call=_call, float32_outputs=(), atol=0.1):
     mixed.set_weights(reference.get_weights())
     assert all(dtype(variable) == "float32" for variable in mixed.weights)
     outputs = call(mixed, inputs)
-    paths = [path for path, _ in _flatten_with_path(outputs)]
+    paths = [path for path, _ in keras.tree.flatten_with_path(outputs)]
     for path, got, want in zip(paths, keras.tree.flatten(outputs), keras.tree.flatten(expected)):
         if "float" not in dtype(want):
             continue
@@ -175,15 +175,6 @@ def run_precision_test(make, inputs, call=_call, float32_outputs=(), atol=0.1):
     as_float32 = lambda tensors: [numpy(keras.ops.cast(t, "float32")) for t in keras.tree.flatten(tensors)]  # noqa: E731
     assert_all_close(as_float32(again), as_float32(outputs), atol=1e-6)
     return outputs
-
-
-def _flatten_with_path(structure, path=()):
-    """`(path, leaf)` pairs in `keras.tree.flatten`'s order (dict keys sorted)."""
-    if isinstance(structure, dict):
-        return [pair for key in sorted(structure) for pair in _flatten_with_path(structure[key], (*path, key))]
-    if isinstance(structure, (list, tuple)):
-        return [pair for i, item in enumerate(structure) for pair in _flatten_with_path(item, (*path, i))]
-    return [(path, structure)]
 
 
 def run_preprocessing_equivalence(layer, inputs):

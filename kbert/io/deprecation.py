@@ -22,8 +22,13 @@ def deprecated_names(module, renamed):
         if name not in renamed:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         new_name, value = renamed[name]
-        warnings.warn(f"`{module}.{name}` is deprecated: use `{new_name}`; the old name goes in the next release.",
-                      DeprecationWarning, stacklevel=2)
+        warn_renamed(f"{module}.{name}", new_name)
         return value
 
     return lookup
+
+
+def warn_renamed(old, new, stacklevel=2):
+    """A `DeprecationWarning` that `old` is now `new` (both as a user writes them), for the caller's caller."""
+    warnings.warn(f"`{old}` is deprecated: use `{new}`; the old name goes in the next release.", DeprecationWarning,
+                  stacklevel=stacklevel + 1)
