@@ -9,7 +9,8 @@ The pipeline, in the order data takes it:
   `tagger`, `multiple_choice`, and `embedder` for sentence vectors; each
   with its task preprocessor (`ClassifierPreprocessor`, ...), fed by
   `data.task_dataset`;
-- `load_model`: a kbert `.keras` file, read safely;
+- `load_model`: a kbert `.keras` file, read safely; `load_adapter`: a LoRA
+  adapter file (`model.save_adapter`) on its base encoder;
 - `load_pretrained` / `save_pretrained`: published BERT checkpoints
   (Hugging Face, Google, keras-hub) in and out;
 - pretraining: `pretraining_dataset` (masked LM + next-sentence pairs from
@@ -58,6 +59,7 @@ _SUBPACKAGES = ("callbacks", "checkpoints", "compression", "data", "metrics")
 _NAMES = {
     "export": "kbert.serving",
     "load_model": "kbert.saving",
+    "load_adapter": "kbert.checkpoints",
     "load_pretrained": "kbert.checkpoints",
     "save_pretrained": "kbert.checkpoints",
     "pretraining_dataset": "kbert.pretraining.dataset",

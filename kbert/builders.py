@@ -8,6 +8,7 @@ an entry point here.
 from kbert.checkpoints.encoder_argument import resolve_encoder
 from kbert.models.classifier import Classifier
 from kbert.models.embedder import Embedder
+from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
 from kbert.models.question_answerer import QuestionAnswerer
 from kbert.models.tagger import Tagger
@@ -27,7 +28,10 @@ _ENCODER_ARGUMENTS_DOC = """encoder: a preset name (`"tiny"` ... `"large"`, see 
         preprocessor: a ready `kbert.TextPacker`, instead of `vocabulary`.
         **encoder_options: `lowercase` (whether the vocabulary is uncased;
             default True), `dtype` (the preset encoder's dtype policy, e.g.
-            `"mixed_bfloat16"`), and overrides of the preset, e.g.
+            `"mixed_bfloat16"`), LoRA fine-tuning (`lora_rank=8`, and
+            optionally `lora_targets` and `lora_alpha`: see
+            `kbert.Encoder.enable_lora`; a `kbert.Encoder` given is copied,
+            not changed), and overrides of the preset, e.g.
             `num_layers=3`."""
 
 
@@ -50,6 +54,8 @@ def build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_l
     rate throughout).
     """
     encoder_kwargs = dict(encoder_options)
+    lora = {name: encoder_kwargs.pop(f"lora_{name}") for name in ("rank", "targets", "alpha")
+            if f"lora_{name}" in encoder_kwargs}
     lowercase = encoder_kwargs.pop("lowercase", True)
     dtype = encoder_kwargs.pop("dtype", None)
     if dropout is not None and isinstance(encoder, str):
@@ -58,10 +64,19 @@ def build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_l
         if vocabulary is not None:
             raise ValueError("Give either a `vocabulary` or a `preprocessor`, not both.")
         vocabulary, sequence_length = preprocessor.tokenizer, preprocessor.sequence_length
+    given = encoder
     encoder, tokenizer = resolve_encoder(encoder, vocabulary, lowercase, require_tokenizer=True,
                                          sequence_length=sequence_length, dtype=dtype, **encoder_kwargs)
     if preprocessor is None:
         preprocessor = TextPacker(tokenizer, sequence_length=sequence_length)
+    if isinstance(encoder, Encoder) and encoder.base_name is None and isinstance(given, str):
+        encoder.base_name = given  # what `save_adapter` names as the adapters' base
+    if lora.get("rank") is not None:
+        if encoder is given:  # the caller's encoder stays as it is (it may be the base of other adapters)
+            encoder = encoder.copy()
+        encoder.enable_lora(lora["rank"], lora.get("targets"), lora.get("alpha"))
+    elif lora:
+        raise ValueError(f"{sorted('lora_' + name for name in lora)} set LoRA's adapters: give `lora_rank` too.")
     return encoder, preprocessor
 
 

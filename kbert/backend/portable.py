@@ -37,7 +37,10 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     kernel = ops.concatenate([ops.reshape(p.kernel, (hidden_dim, width)) for p in projections], axis=1)
     bias = ops.concatenate([ops.reshape(p.bias, (width,)) for p in projections], axis=0)
     qkv = ops.reshape(ops.matmul(inputs, kernel) + bias, (batch_size, length, 3, heads, head_dim))
-    query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    query, key, value = (
+        _with_lora(block, target, inputs, qkv[:, :, index], (batch_size, length, heads, head_dim))
+        for index, target in enumerate(("query", "key", "value"))
+    )
 
     dropout = block.attention_probabilities_dropout
     context = probabilities = None
@@ -48,18 +51,43 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     output = attention.output_dense
     context = ops.reshape(context, (batch_size, length, width))
     attended = ops.matmul(context, ops.reshape(output.kernel, (width, hidden_dim))) + output.bias
+    attended = _with_lora(block, "attention_output", context, attended)
     attended = block.self_attention_dropout(attended, training=training)
     x = block.self_attention_layer_norm(attended + inputs)
 
     intermediate = block.feedforward_intermediate_dense
-    hidden = block.activation(ops.matmul(x, intermediate.kernel) + intermediate.bias)
+    hidden = block.activation(_with_lora(block, "intermediate", x, ops.matmul(x, intermediate.kernel) + intermediate.bias))
     output = block.feedforward_output_dense
-    hidden = ops.matmul(hidden, output.kernel) + output.bias
+    hidden = _with_lora(block, "output", hidden, ops.matmul(hidden, output.kernel) + output.bias)
     hidden = block.feedforward_dropout(hidden, training=training)
     x = block.feedforward_layer_norm(hidden + x)
     if return_attention_scores:
         return x, probabilities
     return x
+
+
+def _with_lora(block, target, x, projected, shape=None):
+    # The adapter's update beside the frozen kernel's matmul, in `projected`'s shape.
+    update = lora_update(block, target, x)
+    if update is None:
+        return projected
+    return projected + (update if shape is None else ops.reshape(update, shape))
+
+
+def lora_update(block, target, x):
+    """`(alpha / rank) * (x @ A) @ B` for the LoRA adapter `target` of `block` on `x` (`(..., input width)`); None without one.
+
+    The result is `(..., output width)`, heads not split. The adapters and
+    their settings are the block's (`kbert.models.lora_adapters`); each
+    backend's block adds the update beside the frozen kernel's matmul, so
+    that no gradient of the kernel itself is computed.
+    """
+    adapters = getattr(block, "lora_adapters", None) or {}
+    if target not in adapters:
+        return None
+    a, b = adapters[target]
+    scale = ops.cast(block.lora["alpha"] / block.lora["rank"], x.dtype)
+    return ops.matmul(ops.matmul(x, ops.cast(a, x.dtype)), ops.cast(b, x.dtype)) * scale
 
 
 def explicit_attention(query, key, value, padding_mask, dropout, training):

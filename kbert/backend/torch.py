@@ -92,8 +92,10 @@ def _block_math_arguments(block, inputs, padding_mask, training):
 
     Dropout must draw from PyTorch's global generator (as unseeded Keras
     `Dropout` layers do), the activation must be a GELU, LayerNorms plain
-    (kbert's block is post-LayerNorm).
+    (kbert's block is post-LayerNorm), and the block without LoRA adapters.
     """
+    if block.lora_adapters:  # LoRA adapters: the portable block adds their updates
+        return None
     attention = block.self_attention_layer
     dropouts = (block.attention_probabilities_dropout, block.self_attention_dropout, block.feedforward_dropout)
     if training and any(d.rate > 0 and not _drops_out_with_the_global_generator(d) for d in dropouts):

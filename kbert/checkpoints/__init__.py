@@ -2,9 +2,10 @@
 
 `resolve_encoder` says what any `encoder` argument names (a preset, a checkpoint, a `.keras` file, an encoder or
 a keras-hub backbone) and returns it as an encoder and its tokenizer; `resolve_pretrainer` the same, with the
-pretraining heads.
+pretraining heads. `load_adapter` builds a LoRA adapter file's task model on its base encoder.
 """
 
+from kbert.checkpoints.adapter_loading import load_adapter
 from kbert.checkpoints.checkpoint_files import CheckpointError
 from kbert.checkpoints.encoder_argument import UnknownEncoderError, resolve_encoder, resolve_pretrainer
 from kbert.checkpoints.keras_hub_models import (
@@ -36,6 +37,7 @@ __all__ = [
     "encoder_to_keras_hub",
     "keras_hub_albert_presets",
     "keras_hub_bert_presets",
+    "load_adapter",
     "load_pretrained",
     "resolve_checkpoint",
     "resolve_encoder",

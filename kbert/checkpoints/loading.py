@@ -258,7 +258,8 @@ def save_pretrained(model, tokenizer, folder):
     Hugging Face transformers and `kbert.load_pretrained(folder)` read
     both. The folder must not exist; it appears complete or not at all.
     A head-pruned encoder (`heads_per_layer`) is refused: those formats
-    have every head in every layer.
+    have every head in every layer; so is one with LoRA adapters (save its
+    `merge_lora()`).
     """
     from kbert.models.encoder import Encoder
     from kbert.models.keras_hub_encoders import is_albert_encoder
@@ -267,6 +268,12 @@ def save_pretrained(model, tokenizer, folder):
     encoder = model if isinstance(model, Encoder) else getattr(model, "encoder", None)
     if not isinstance(encoder, Encoder):
         raise TypeError(f"Expected a kbert.Encoder or a model with one, got {type(model).__name__}.")
+    if encoder.lora is not None:
+        raise ValueError(
+            f"The encoder {encoder.name!r} has LoRA adapters, which BERT and ALBERT checkpoints cannot hold: "
+            "save `model.merge_lora()` (the adapters folded into the kernels), or the adapters alone with "
+            "`model.save_adapter(path)`."
+        )
     if encoder.is_head_pruned:
         raise ValueError(
             f"The encoder {encoder.name!r} has pruned attention heads (heads_per_layer="

@@ -206,6 +206,36 @@ def data_file_columns(args):
             "label_column": args.label_column, "id_column": args.id_column}
 
 
+# The projections that take LoRA adapters (`kbert.models.lora_adapters.LORA_TARGETS`),
+# named here so that `kbert --help` needs no Keras.
+LORA_TARGET_NAMES = ("query", "key", "value", "attention_output", "intermediate", "output")
+
+
+def add_lora_arguments(command):
+    command.add_argument("--lora-rank", type=positive_int,
+                         help="fine-tune LoRA adapters of this rank (8 is usual) instead of the whole encoder: "
+                              "faster steps, far less memory; the default learning rate is then 40x")
+    command.add_argument("--lora-targets", type=lora_target_list,
+                         help=f"with --lora-rank: the projections with adapters, comma-separated, of "
+                              f"{','.join(LORA_TARGET_NAMES)}, or all (default: query,value; all learns "
+                              "more from small data sets)")
+    command.add_argument("--lora-alpha", type=positive_float,
+                         help="with --lora-rank: the adapters' update is scaled by alpha / rank (default: "
+                              "alpha = rank)")
+
+
+def lora_target_list(text):
+    """`--lora-targets query,value`: projections of `LORA_TARGET_NAMES`, each once; or `all` of them."""
+    if text.strip() == "all":
+        return LORA_TARGET_NAMES
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in LORA_TARGET_NAMES]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of distinct projections of "
+                                         f"{','.join(LORA_TARGET_NAMES)}, separated by commas")
+    return tuple(names)
+
+
 def class_name_list(text):
     """`--labels a,b,c`: the class names in id order, each once."""
     names = [name.strip() for name in text.split(",")]

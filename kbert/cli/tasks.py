@@ -4,6 +4,7 @@ import os
 
 from kbert.cli.arguments import (
     add_attention_dropout_argument,
+    add_lora_arguments,
     add_backend_argument,
     add_command,
     add_data_file_arguments,
@@ -83,10 +84,11 @@ def add_commands(commands):
                        help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
     train.add_argument("--learning-rate", type=positive_float,
                        help="peak learning rate (default: 5e-5 for BERT-base, more for smaller "
-                            "encoders)")
+                            "encoders; 40x with --lora-rank)")
     add_subset_and_seed_arguments(train, "fine-tune on a seeded random subset of this many training examples",
                                   "fixes the subset, order and weights")
     add_attention_dropout_argument(train)
+    add_lora_arguments(train)
     train.add_argument("--source", choices=SOURCES,
                        help="local: the canonical files (offline); tfds: TensorFlow Datasets "
                             "(sst2, rte, mrpc, squad, conll2003; downloaded once)")

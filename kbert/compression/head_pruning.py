@@ -212,6 +212,9 @@ def prune_heads(model, heads=None, fraction=None, importance=None, x=None, y=Non
     ([2, 3], 804)
     """
     encoder = model if is_encoder(model) else _task_encoder(model)
+    if getattr(encoder, "lora", None) is not None:
+        raise ValueError("This encoder has LoRA adapters beside its frozen kernels: prune the heads of "
+                         "`model.merge_lora()`, whose kernels hold them.")
     if (heads is None) == (fraction is None):
         raise ValueError("Give `prune_heads` either `heads` ({layer: [head, ...]}) or a `fraction`.")
     if fraction is not None:

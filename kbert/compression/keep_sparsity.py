@@ -17,7 +17,11 @@ class KernelMasks:
     """
 
     def __init__(self, model):
-        self.kernels = [kernel for _, _, kernel in prunable_kernels(find_encoder(model))]
+        encoder = find_encoder(model)
+        if getattr(encoder, "lora", None) is not None:
+            raise ValueError("This encoder has LoRA adapters beside its frozen kernels: prune "
+                             "`model.merge_lora()`, whose kernels hold them.")
+        self.kernels = [kernel for _, _, kernel in prunable_kernels(encoder)]
         self.sizes = [int(np.prod(kernel.shape)) for kernel in self.kernels]
         self.masks = [ops.cast(ops.not_equal(kernel.value, 0), kernel.dtype) for kernel in self.kernels]
         self.pruned = self._count_pruned()

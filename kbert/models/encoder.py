@@ -9,6 +9,7 @@ from kbert.backend import LayersBeforeInit
 from kbert.io.atomic_files import SavesAtomically
 from kbert.models.constructor_config import ConstructorConfig
 from kbert.models.encoder_arguments import check_encoder_arguments, checked_heads_per_layer, layer_block_indices
+from kbert.models.lora_adapters import EncoderLora
 from kbert.models.transformer_block import TransformerBlock
 from kbert.models.presets import PRESETS, preset_config
 # Config entries with one value per layer: `Encoder.truncated` keeps the
@@ -38,7 +39,7 @@ def bert_initializer():
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model):
+class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, EncoderLora, keras.Model):
     """BERT's bidirectional Transformer encoder (Devlin et al., 2019).
 
     Token, segment and learned position embeddings are summed, normalised
@@ -234,6 +235,18 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model)
         self.num_inner_repetitions = num_inner_repetitions
         self.activation = activation
         self.heads_per_layer = heads_per_layer
+        # The checkpoint the encoder was loaded from, where a builder knows it
+        # (named by a LoRA adapter file as its base); not part of the config.
+        self.base_name = None
+
+    def copy(self):
+        """A new encoder of this one's config and weights (LoRA adapters included), trained apart from this one."""
+        config = self.get_config()
+        del config["name"]
+        copied = Encoder.from_config(config)
+        copied.set_weights(self.get_weights())
+        copied.base_name = self.base_name
+        return copied
 
     def _make_embeddings(self, vocabulary_size, max_sequence_length, num_segments, embedding_size, hidden_dim,
                          dropout, dtype):
@@ -447,4 +460,16 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, keras.Model)
             "activation": self.activation,
             "heads_per_layer": None if self.heads_per_layer is None else list(self.heads_per_layer),
         })
+        if self.lora is not None:
+            config["lora"] = {**self.lora, "targets": list(self.lora["targets"])}
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # The LoRA setting is not a constructor argument: the encoder is built, then given its adapters.
+        config = dict(config)
+        lora = config.pop("lora", None)
+        encoder = super().from_config(config)
+        if lora is not None:
+            encoder.enable_lora(**lora)
+        return encoder

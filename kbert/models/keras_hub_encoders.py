@@ -159,6 +159,9 @@ def backbone_from_encoder(encoder):
     """
     import keras_hub
 
+    if encoder.lora is not None:
+        raise ValueError(f"The encoder {encoder.name!r} has LoRA adapters: convert `model.merge_lora()`'s "
+                         "encoder, whose kernels hold them.")
     if encoder.is_head_pruned:
         raise ValueError(
             f"The encoder {encoder.name!r} has pruned attention heads (heads_per_layer="

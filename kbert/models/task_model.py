@@ -118,7 +118,9 @@ class TaskModel(
             loss: `"auto"` for the task's loss (see the model's docstring).
             metrics: `"auto"` for the task's metrics.
             learning_rate: the peak learning rate of the `"auto"` optimizer;
-                default 5e-5 for BERT-base, more for smaller encoders.
+                default 5e-5 for BERT-base, more for smaller encoders, and
+                40 times that with LoRA adapters, at most 5e-3
+                (`enable_lora`).
             **kwargs: `keras.Model.compile`'s other arguments. On PyTorch,
                 `jit_compile=True` compiles each Transformer block with
                 `torch.compile` (one program that every block shares) and
@@ -128,8 +130,9 @@ class TaskModel(
         if kwargs.get("jit_compile") is True and compile_transformer_blocks(self):
             kwargs["jit_compile"] = False
         if optimizer == "auto":
-            optimizer = bert_adamw(default_learning_rate(self.encoder.hidden_dim) if learning_rate is None
-                                   else learning_rate)
+            if learning_rate is None:
+                learning_rate = default_learning_rate(self.encoder.hidden_dim, lora=self.encoder.lora is not None)
+            optimizer = bert_adamw(learning_rate)
         if loss == "auto":
             loss = self.default_loss()
         if metrics == "auto":
@@ -263,6 +266,82 @@ class TaskModel(
             if progress is not None:
                 progress.update(step + 1)
         return results
+
+    def enable_lora(self, rank, targets=None, alpha=None):
+        """Fine-tunes LoRA adapters (Hu et al., 2021) instead of the whole encoder, then compiles as the builder does.
+
+        The encoder is frozen but for its pooler and the adapters of each
+        block's `targets` projections (`kbert.Encoder.enable_lora`); the
+        task's head trains as before. A step computes no gradient for the
+        frozen kernels and the optimizer keeps state for the trained
+        variables alone. The model is compiled again with the task's
+        defaults, whose learning rate is LoRA's (40 times full
+        fine-tuning's: `kbert.models.optimization.default_learning_rate`); call `compile` after this for settings of your own.
+        `save_adapter` writes what was trained apart from the encoder;
+        `kbert.export` merges the adapters into the kernels.
+
+        Args:
+            rank: the adapters' rank; 8 is the LoRA paper's for BERT-sized
+                models.
+            targets: the projections with adapters, of "query", "key",
+                "value", "attention_output", "intermediate" and "output",
+                or "all" of them; default query and value.
+            alpha: the update's scale is `alpha / rank`; default `rank`.
+
+        Example:
+        >>> vocab = kbert.learn_vocabulary(["a good film", "a bad film"] * 10, vocabulary_size=40,
+        ...                                verbose=False)
+        >>> clf = kbert.classifier("tiny", num_classes=2, vocabulary=vocab, sequence_length=16, num_layers=2)
+        >>> clf.enable_lora(4)
+        >>> sum(int(np.prod(v.shape)) for v in clf.trainable_variables) < clf.count_params() // 10
+        True
+        """
+        if getattr(self.optimizer, "built", False) and int(keras.ops.convert_to_numpy(self.optimizer.iterations)):
+            raise ValueError("This model has been trained already: enable LoRA on the model before fit.")
+        self.encoder.enable_lora(rank, targets, alpha)
+        self.compile()
+
+    def merge_lora(self):
+        """A copy of this model with its LoRA adapters folded into the kernels: the same outputs, a plain encoder.
+
+        What `kbert.export` serves: the same graph, size and speed as a fully
+        fine-tuned model's. The copy shares this model's preprocessor.
+        """
+        if self.encoder.lora is None:
+            return self
+        config = self.get_config()
+        config["encoder"] = self.encoder.merged_lora()
+        config["preprocessor"] = self.preprocessor
+        merged = type(self).from_config(config)
+        encoder_variables = {id(variable) for variable in self.encoder.weights}
+        merged_encoder_variables = {id(variable) for variable in merged.encoder.weights}
+        others = [variable for variable in self.weights if id(variable) not in encoder_variables]
+        for target, source in zip([v for v in merged.weights if id(v) not in merged_encoder_variables], others,
+                                  strict=True):
+            # A copy: on JAX a variable assigned another's array shares its buffer, which a step may donate.
+            target.assign(keras.ops.convert_to_numpy(source))
+        return merged
+
+    def save_adapter(self, path, base_name=None):
+        """Writes what LoRA fine-tuning trained, apart from the frozen encoder, to `path`; returns the path.
+
+        The file holds the adapters, the pooler and the task's head, the
+        model's config (preprocessor and vocabulary included), and the base
+        encoder's name and weights' fingerprint: about 1 % of the whole
+        model for BERT-base at rank 8. `kbert.load_adapter(path, base=...)`
+        builds the model again on that base, and refuses any other. See
+        `kbert.models.adapter_file`.
+
+        Args:
+            path: the file to write (atomically: a complete file or none).
+            base_name: the base encoder's name or path, as `load_adapter`
+                takes it; default the checkpoint the model was built from
+                (`kbert.classifier("all-MiniLM-L6-v2", ...)`), if any.
+        """
+        from kbert.models.adapter_file import write_adapter
+
+        name = base_name if base_name is not None else getattr(self.encoder, "base_name", None)
+        return write_adapter(self, path, base_name=name)
 
     def compile_from_config(self, config):
         # Keras skips this for models that override `compile`; ours takes the

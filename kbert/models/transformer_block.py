@@ -3,6 +3,7 @@
 import keras
 
 from kbert.backend import transformer_block
+from kbert.models.lora_adapters import KeepsLoraFrozen, adapters_of, add_adapters, checked_lora_settings
 
 # The block's sublayers that hold weights. Keras names a layer's weights in a
 # `.keras` file by the attribute that holds the layer; up to kbert 0.4 the
@@ -14,7 +15,7 @@ KERAS_HUB_BLOCK_ATTRIBUTES = {f"_{name}": name for name in WEIGHTED_SUBLAYERS}
 
 
 @keras.saving.register_keras_serializable(package="kbert")
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(KeepsLoraFrozen, keras.layers.Layer):
     """BERT's post-LayerNorm Transformer block, computed as fewer, larger ops on each backend.
 
     Self-attention (a `keras.layers.MultiHeadAttention`), dropout, a
@@ -58,6 +59,8 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer, bias_initializer: of every dense layer.
         normalize_first: accepted for `.keras` files written when the block
             was keras-hub's; only False (BERT's post-LayerNorm) is computed.
+        lora: LoRA adapters the block builds with, `{"rank", "alpha",
+            "targets"}` (see `enable_lora`); default None.
         **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Example:
@@ -74,7 +77,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(self, intermediate_dim, num_heads, head_dim=None, dropout=0.0, attention_dropout=None,
                  activation="relu", layer_norm_epsilon=1e-5, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", normalize_first=False, **kwargs):
+                 bias_initializer="zeros", normalize_first=False, lora=None, **kwargs):
         super().__init__(**kwargs)
         if normalize_first:
             raise ValueError(
@@ -92,6 +95,7 @@ class TransformerBlock(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.normalize_first = False
         self.supports_masking = True
+        self.lora = None if lora is None else checked_lora_settings(**lora)
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
@@ -123,7 +127,38 @@ class TransformerBlock(keras.layers.Layer):
         self.feedforward_dropout = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
         )
+        if self.lora is not None:
+            add_adapters(self, self.lora)
         self.built = True
+
+    def enable_lora(self, rank, targets=None, alpha=None):
+        """Adds LoRA adapters of `rank` to the `targets` projections and freezes every other variable of the block.
+
+        The projections then compute `x @ W + (alpha / rank) * (x @ A) @ B`
+        on each backend's fast path, `W` frozen (no gradient is computed for
+        it); see `kbert.models.lora_adapters`.
+
+        Args:
+            rank: the adapters' rank.
+            targets: the projections that get one, of "query", "key",
+                "value", "attention_output", "intermediate" and "output";
+                default query and value.
+            alpha: the update's scale is `alpha / rank`; default `rank`.
+        """
+        if self.lora is not None:
+            raise ValueError(f"{self.name} has LoRA adapters already (rank {self.lora['rank']}).")
+        self.lora = checked_lora_settings(rank, targets, alpha)
+        if self.built:
+            add_adapters(self, self.lora)
+
+    @property
+    def lora_adapters(self):
+        """`{target: (A, B)}`, the block's LoRA adapter variables by projection; empty without LoRA."""
+        return adapters_of(self)
+
+    def lora_trained_variables(self):
+        """What trains with LoRA enabled: the adapters."""
+        return [variable for pair in self.lora_adapters.values() for variable in pair]
 
     def _initializer(self, which):
         # A fresh initializer of the same kind per layer, so that no two layers share one's seed.
@@ -172,6 +207,8 @@ class TransformerBlock(keras.layers.Layer):
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "normalize_first": self.normalize_first,
         })
+        if self.lora is not None:
+            config["lora"] = {**self.lora, "targets": list(self.lora["targets"])}
         return config
 
 

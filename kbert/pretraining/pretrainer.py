@@ -181,6 +181,10 @@ class Pretrainer(
         elif objective == "sop":
             outputs["sop"] = self.sop_logits(self.sentence_order_head(encoded["pooled_output"]))
         super().__init__(inputs=inputs, outputs=outputs, name=name, **kwargs)
+        if encoder.lora is not None:
+            # Keras set every layer trainable, the token embedding too through the
+            # masked-LM head that holds it: LoRA's frozen weights are frozen again.
+            encoder.freeze_for_lora()
 
         # === Config ===
         self.objective = objective
@@ -202,7 +206,8 @@ class Pretrainer(
                 sets `weighted_metrics` unless that is given.
             learning_rate: the peak learning rate of the `"auto"` optimizer;
                 default 1e-4 for BERT-base, more for narrower encoders (see
-                `default_pretraining_learning_rate`).
+                `default_pretraining_learning_rate`), and ten times that with
+                LoRA adapters (`enable_lora`), at most 5e-3.
             gradient_accumulation_steps: with the `"auto"` optimizer, update
                 the weights every this many batches (at least 2), with the
                 mean of their gradients: the update of a batch this many
@@ -215,9 +220,13 @@ class Pretrainer(
         if kwargs.get("jit_compile") is True and compile_transformer_blocks(self):
             kwargs["jit_compile"] = False
         if optimizer == "auto":
+            if learning_rate is None:
+                learning_rate = default_pretraining_learning_rate(self.encoder.hidden_dim)
+                if self.encoder.lora is not None:
+                    # Few adapters, starting at zero, want more (as `kbert.Classifier`'s with LoRA).
+                    learning_rate = min(10 * learning_rate, 5e-3)
             optimizer = bert_adamw(
-                default_pretraining_learning_rate(self.encoder.hidden_dim) if learning_rate is None
-                else learning_rate,
+                learning_rate,
                 gradient_accumulation_steps=gradient_accumulation_steps,
             )
         if loss == "auto":
@@ -240,6 +249,21 @@ class Pretrainer(
                 }
         optimizer = with_loss_scaling(optimizer, self.encoder.layer_dtype_policy)
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def enable_lora(self, rank, targets=None, alpha=None):
+        """Trains LoRA adapters of the encoder (`kbert.Encoder.enable_lora`) and the heads, then compiles again.
+
+        Continued pretraining on a user's own text (domain adaptation) that
+        keeps the encoder's weights as they are: the masked-LM head trains
+        (its output embeddings are the frozen token embeddings), and so does
+        the next-sentence head with the pooler. The default learning rate is
+        ten times the pretraining one, at most 5e-3; call `compile` after this for settings
+        of your own.
+        """
+        if getattr(self.optimizer, "built", False) and int(keras.ops.convert_to_numpy(self.optimizer.iterations)):
+            raise ValueError("This pretrainer has been trained already: enable LoRA before fit.")
+        self.encoder.enable_lora(rank, targets, alpha)
+        self.compile()
 
     def compile_from_config(self, config):
         # Keras skips this for models that override `compile`; ours takes the

@@ -66,12 +66,13 @@ def sample_examples(x, y, count, seed=0):
 
 
 def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learning_rate=None,
-                     attention_dropout=None, lowercase=True):
+                     attention_dropout=None, lowercase=True, lora=None):
     """The task's model from a preset name, a checkpoint (folder or name), or a `kbert.Encoder`.
 
     `attention_dropout`, when given, replaces the encoder's rate of dropout
     of attention probabilities. `lowercase` is the tokenizer's, for a
-    `vocabulary` of tokens or a vocab.txt.
+    `vocabulary` of tokens or a vocab.txt. `lora`, the builders' LoRA
+    arguments (`lora_rank`, ...), fine-tunes adapters instead of the encoder.
     """
     from kbert.builders import TASK_BUILDERS
     from kbert.data.conll import CONLL2003_LABELS
@@ -86,6 +87,7 @@ def build_task_model(task, encoder, vocabulary=None, sequence_length=None, learn
         arguments["labels"] = list(CONLL2003_LABELS)
     if attention_dropout is not None:
         arguments["attention_dropout"] = attention_dropout
+    arguments.update(lora or {})
     model = TASK_BUILDERS[info.builder](
         encoder, vocabulary=vocabulary, sequence_length=sequence_length, lowercase=lowercase,
         **arguments
@@ -205,7 +207,7 @@ def fine_tune(task, out, settings=None, **options):
     vocabulary = _vocabulary_or_default(settings.encoder, settings.vocabulary)
     _check_casing(settings, vocabulary)
     model = build_task_model(task, settings.encoder, vocabulary, settings.sequence_length, settings.learning_rate,
-                             settings.attention_dropout, lowercase=not settings.cased)
+                             settings.attention_dropout, lowercase=not settings.cased, lora=settings.lora)
     x, y = sample_examples(*load_split(task, info.splits[0], settings.source), settings.max_examples,
                            settings.seed)
     epochs = settings.epochs or default_epochs(len(y) if y is not None else len(x), settings.batch_size)
@@ -264,6 +266,9 @@ def _settings_record(task, settings, model, epochs):
     if name == FILES:
         record["train_file"] = task.train.path
     record["attention_dropout"] = model.encoder.attention_dropout
+    lora = model.encoder.lora or {}
+    record.update({"lora_rank": lora.get("rank"), "lora_alpha": lora.get("alpha"),
+                   "lora_targets": ",".join(lora["targets"]) if lora else None})
     return record
 
 

@@ -25,6 +25,12 @@ class FineTuningSettings(RunSettings):
         attention_dropout: replaces the encoder's dropout rate of attention
             probabilities; None keeps it.
         cased: keep case and accents, for a cased vocabulary file.
+        lora_rank: fine-tune LoRA adapters of this rank instead of the whole
+            encoder (`kbert.Encoder.enable_lora`); None trains it all.
+        lora_targets: the projections with adapters (default query and
+            value); with `lora_rank` only.
+        lora_alpha: the adapters' scale is `lora_alpha / lora_rank`
+            (default `lora_rank`); with `lora_rank` only.
 
     Example:
     >>> settings = FineTuningSettings(encoder="mini", epochs=2)
@@ -43,9 +49,13 @@ class FineTuningSettings(RunSettings):
     source: str = "local"
     attention_dropout: float | None = None
     cased: bool = False
+    lora_rank: int | None = None
+    lora_targets: tuple | None = None
+    lora_alpha: float | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_lora()
         for name in ("epochs", "sequence_length"):
             if getattr(self, name) is not None:
                 self._check_count(name)
@@ -54,3 +64,25 @@ class FineTuningSettings(RunSettings):
         if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
             raise SettingError(f"`attention_dropout` must be in [0, 1), got {self.attention_dropout!r}.",
                                ["attention_dropout"])
+
+    def _check_lora(self):
+        from kbert.models.lora_adapters import checked_lora_settings
+
+        given = [name for name in ("lora_targets", "lora_alpha") if getattr(self, name) is not None]
+        if self.lora_rank is None:
+            if given:
+                raise SettingError(f"`{given[0]}` sets LoRA adapters: give `lora_rank` too.", [given[0], "lora_rank"])
+            return
+        try:
+            checked_lora_settings(self.lora_rank, self.lora_targets, self.lora_alpha)
+        except ValueError as error:
+            named = [name for name in ("lora_rank", "lora_targets", "lora_alpha") if f"`{name}`" in str(error)]
+            raise SettingError(str(error), named or ["lora_rank"]) from None
+
+    @property
+    def lora(self):
+        """The builders' LoRA arguments (`lora_rank`, ...) these settings give; empty without `lora_rank`."""
+        if self.lora_rank is None:
+            return {}
+        return {name: getattr(self, name) for name in ("lora_rank", "lora_targets", "lora_alpha")
+                if getattr(self, name) is not None}

@@ -41,18 +41,18 @@ def test_a_model_trained_on_another_backend_loads_here_and_its_export_serves(bac
 
 
 
-def test_the_cli_trains_on_jax_and_exports_what_it_trained(tmp_path):
-    """`kbert train --backend jax`, then `kbert export` (on TensorFlow) of its model.keras."""
+def test_the_cli_trains_lora_adapters_on_jax_and_exports_what_it_trained(tmp_path):
+    """`kbert train --backend jax --lora-rank 2`, then `kbert export` (on TensorFlow: adapters merged) of its model.keras."""
     out = tmp_path / "run"
     train = subprocess.run(
         [sys.executable, "-m", "kbert.cli", "train", "sms_spam", "--backend", "jax", "--out", str(out),
          "--encoder", "tiny", "--epochs", "1", "--max-examples", "16", "--max-eval-examples", "16",
-         "--sequence-length", "16", "--quiet"],
+         "--sequence-length", "16", "--lora-rank", "2", "--quiet"],
         capture_output=True, text=True,
     )
     assert train.returncode == 0, train.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["examples"] == 16
+    assert metrics["examples"] == 16 and metrics["settings"]["lora_rank"] == 2
     exported = subprocess.run(
         [sys.executable, "-m", "kbert.cli", "export", str(out / "model.keras"), "--name", "spam",
          "--out", str(tmp_path / "served")],
@@ -61,6 +61,7 @@ def test_the_cli_trains_on_jax_and_exports_what_it_trained(tmp_path):
     assert exported.returncode == 0, exported.stderr[-3000:]
     served = tf.saved_model.load(str(tmp_path / "served" / "spam" / "1")).signatures["serving_default"]
     model = kbert.load_model(str(out / "model.keras"))
+    assert model.encoder.lora is not None
     texts = ["free prize now", "see you soon"]
     np.testing.assert_allclose(served(text=tf.constant(texts))["probabilities"],
                                model.predict_proba(texts, verbose=0), atol=1e-5)

@@ -4,6 +4,7 @@ import csv
 import hashlib
 import json
 
+import numpy as np
 import pytest
 
 import kbert
@@ -270,3 +271,33 @@ def test_pairs_that_leave_no_room_at_the_sequence_length_are_refused_in_one_line
     assert cli.main(["train", "--train", pairs, "--out", str(tmp_path / "run"), *SMALL, "--sequence-length", "3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`sequence_length` 3 leaves no room for 2 texts" in err
+
+
+def test_lora_fine_tuning_trains_adapters_and_exports_a_plain_model(spam_run, tmp_path, capsys):
+    folder, _ = spam_run
+    out = tmp_path / "lora"
+    assert cli.main(["train", "--train", str(folder / "train.csv"), "--id-column", "msg_id", "--out", str(out),
+                     "--lora-rank", "2", "--lora-targets", "value,query,output", *SMALL]) == 0
+    settings = json.loads((out / "metrics.json").read_text())["settings"]
+    assert (settings["lora_rank"], settings["lora_alpha"], settings["lora_targets"]) == (2, 2, "query,value,output")
+    model = kbert.load_model(out / "model.keras")
+    assert model.encoder.lora["targets"] == ["query", "value", "output"]
+    # The export folds the adapters in: the SavedModel of the same model fine-tuned in full.
+    merged = tmp_path / "merged.keras"
+    model.merge_lora().save(merged)
+    for name, path in (("lora", out / "model.keras"), ("merged", merged)):
+        assert cli.main(["export", str(path), "--name", name, "--out", str(tmp_path / "served")]) == 0
+    served = {name: tmp_path / "served" / name / "1" for name in ("lora", "merged")}
+    import tensorflow as tf
+
+    loaded = {name: tf.saved_model.load(str(path)) for name, path in served.items()}
+    stored = {name: tf.train.list_variables(str(path / "variables" / "variables")) for name, path in served.items()}
+    assert stored["lora"] == stored["merged"] and not [name for name, _ in stored["lora"] if "lora" in name]
+    texts = tf.constant([text for text in SPAM + HAM])
+    scores = {name: m.signatures["serving_default"](text=texts)["probabilities"].numpy() for name, m in loaded.items()}
+    np.testing.assert_allclose(scores["lora"], scores["merged"], atol=1e-6)
+    np.testing.assert_allclose(scores["lora"], model.predict_proba(SPAM + HAM, verbose=0), atol=1e-5)
+    capsys.readouterr()
+    assert cli.main(["train", "--train", str(folder / "train.csv"), "--out", str(tmp_path / "x"),
+                     "--lora-alpha", "4", *SMALL]) == 2
+    assert "--lora-alpha sets LoRA adapters: give --lora-rank too." in capsys.readouterr().err

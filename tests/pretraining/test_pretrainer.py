@@ -216,6 +216,29 @@ def test_fit_lowers_the_loss_and_logs_both_heads():
     assert int(model.optimizer.iterations) == 30
 
 
+def test_lora_pretraining_trains_adapters_and_heads_and_leaves_the_encoder(tmp_path):
+    model = tiny_pretrainer()
+    model.enable_lora(2, targets=["query", "value", "intermediate"])
+    assert model.optimizer._learning_rate.peak_learning_rate == pytest.approx(5e-3)  # 10 x 1e-3, at most 5e-3
+    trained = {v.path for v in model.trainable_variables}
+    adapters = {v.path for v in model.encoder.lora_adapters}
+    heads = {v.path for v in model.weights if not v.path.startswith(("transformer_layer", "token_embedding",
+                                                                      "position_embedding", "segment_embedding",
+                                                                      "embeddings_layer_norm"))}
+    assert adapters <= trained and trained - adapters <= heads
+    frozen = [v for v in model.weights if v.path not in trained]
+    before = [numpy(v).copy() for v in frozen]
+    x, y, sample_weight = pretraining_batch()
+    model.fit(tf.data.Dataset.from_tensors((x, y, sample_weight)).repeat(4), epochs=1, verbose=0)
+    for variable, value in zip(frozen, before):
+        np.testing.assert_array_equal(numpy(variable), value, err_msg=variable.path)
+    path = tmp_path / "pretrainer.keras"
+    model.save(path)
+    again = kbert.load_model(path)
+    assert {v.path for v in again.trainable_variables} == trained
+    np.testing.assert_allclose(numpy(again(x)["mlm"]), numpy(model(x)["mlm"]), atol=1e-5)
+
+
 def test_default_learning_rate_scales_with_width():
     assert default_pretraining_learning_rate(768) == pytest.approx(1e-4)
     assert default_pretraining_learning_rate(256) == pytest.approx(3e-4)
