@@ -18,6 +18,7 @@ Three parts, each a table and a JSON file (default `benchmarks/results/lora*.jso
     .venv/bin/python benchmarks/lora.py --speed      # about 10 minutes on 2 cores
     .venv/bin/python benchmarks/lora.py --size       # about 1 minute
     .venv/bin/python benchmarks/lora.py --quality    # about 70 minutes on 2 cores
+    .venv/bin/python benchmarks/lora.py --quality --variants full lora   # about 45 minutes
     .venv/bin/python benchmarks/lora.py --quality --tasks mrpc --seeds 0
 """
 
@@ -167,7 +168,8 @@ def run_quality(args):
     out_path = args.out or RESULTS / "lora_quality.json"
     for task in args.tasks:
         for seed in args.seeds:
-            for name, variant in VARIANTS.items():
+            for name in args.variants:
+                variant = VARIANTS[name]
                 start = time.time()
                 with tempfile.TemporaryDirectory() as out:
                     result = fine_tune(task, out, encoder=args.encoder, seed=seed, verbose=0, **variant,
@@ -185,7 +187,7 @@ def run_quality(args):
     for task in args.tasks:
         rows = [row for row in report["rows"] if row["task"] == task]
         means, times = {}, {}
-        for name in VARIANTS:
+        for name in args.variants:
             values = [row["value"] for row in rows if row["variant"] == name]
             means[name] = statistics.mean(values)
             times[name] = statistics.mean(row["train_seconds"] for row in rows if row["variant"] == name)
@@ -221,6 +223,8 @@ def main():
     parser.add_argument("--encoder", default="all-minilm-l6-v2", help="--quality's encoder")
     parser.add_argument("--tasks", nargs="+", default=list(BUDGETS), choices=list(BUDGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                        help="--quality's variants (full first)")
     parser.add_argument("--out", type=Path, help="the JSON file (default: benchmarks/results/lora_<part>.json)")
     args = parser.parse_args()
     if args.speed_worker:

@@ -28,6 +28,7 @@ the median of each figure, the JSON each round too. Prints tables and writes
 JSON (default `benchmarks/results/serving.json`).
 
     .venv/bin/python benchmarks/serving.py            # about a minute on 2 cores
+    .venv/bin/python benchmarks/serving.py --lora-rank 8 --out benchmarks/results/serving_lora.json
     .venv/bin/python benchmarks/serving.py --intra-op-threads 1
     .venv/bin/python benchmarks/serving.py --quick    # BERT-tiny, fewer requests
 """
@@ -165,6 +166,9 @@ def main():
     parser.add_argument("--intra-op-threads", type=int, default=0)
     parser.add_argument("--inter-op-threads", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="BERT-tiny and a tenth of the requests")
+    parser.add_argument("--lora-rank", type=int, default=None,
+                        help="export a classifier with LoRA adapters of this rank (on all six projections, "
+                             "random), which the export merges into the kernels")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "serving.json"))
     args = parser.parse_args()
     if args.quick:
@@ -188,6 +192,12 @@ def main():
     vocabulary = os.path.join(resolve_checkpoint("all-minilm-l6-v2"), "vocab.txt") if args.encoder in kbert.PRESETS else None
     model = kbert.classifier(args.encoder, num_classes=2, vocabulary=vocabulary,
                              sequence_length=args.sequence_length, class_names=["negative", "positive"])
+    if args.lora_rank:
+        import numpy as np
+
+        model.enable_lora(args.lora_rank, targets="all")
+        for variable in model.encoder.lora_adapters:  # B is zero when fresh: a real update to merge
+            variable.assign(np.random.default_rng(0).normal(scale=0.02, size=variable.shape).astype("float32"))
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         path = kbert.export(model, os.path.join(folder, "sst2"), text_pairs=False)
@@ -212,14 +222,16 @@ def main():
     parts = breakdown(serve, draw(args.profile_requests, 1), single_p50_ms) if args.profile_requests else None
     results = {
         "settings": vars(args), "machine": cpu_model(), "cpus": os.cpu_count(),
-        "tensorflow": tf.__version__, "export_seconds": export_seconds, "load_seconds": load_seconds,
+        "tensorflow": tf.__version__, "lora_rank": args.lora_rank, "export_seconds": export_seconds,
+        "load_seconds": load_seconds,
         "mean_sentence_characters": float(np.mean([len(s) for s in sentences])), "rows": rows,
         "one_sentence_breakdown": parts, "errors": errors[:5],
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
-    print(f"\nSavedModel of a {args.encoder} classifier (sequence length {args.sequence_length}), "
+    lora = f", LoRA rank {args.lora_rank} merged" if args.lora_rank else ""
+    print(f"\nSavedModel of a {args.encoder} classifier{lora} (sequence length {args.sequence_length}), "
           f"SST-2 dev sentences; threads intra-op {args.intra_op_threads or 'auto'}, inter-op "
           f"{args.inter_op_threads or 'auto'}; export {export_seconds:.1f} s, load {load_seconds:.1f} s; medians of "
           f"{args.repeats} rounds")

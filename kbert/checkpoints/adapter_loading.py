@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from kbert.checkpoints.encoder_argument import resolve_encoder
+from kbert.io.safe_loading import allowed_weights, claimed_weight_count
 from kbert.models.adapter_file import (
     ADAPTER_FORMAT,
     METADATA,
@@ -86,6 +87,7 @@ def load_adapter(path, base=None):
         )
     # No weight of a LoRA model is larger than its base's largest.
     arrays = _read_arrays(path, limit=max(int(np.prod(v.shape)) * 4 for v in base.weights) + 1024)
+    _check_claims(path, model_config, base, arrays)
     register_kbert_classes()
     model = keras.saving.deserialize_keras_object(model_config, safe_mode=True)
     for target, source in zip(frozen_base_weights(model.encoder), frozen_base_weights(base), strict=True):
@@ -150,8 +152,25 @@ def _check_sizes(path, model_config, base, shown):
     except (KeyError, TypeError):
         raise ValueError(f"{path} is not a kbert adapter file (its model has no encoder).") from None
     base_config = base.get_config()
+    lora = encoder_config.get("lora")
+    rank = lora.get("rank") if isinstance(lora, dict) else None
+    if not isinstance(rank, int) or not 0 < rank <= base_config["hidden_dim"]:
+        raise ValueError(f"{path} is not a kbert adapter file (its encoder has no LoRA rank from 1 to the "
+                         f"base's width {base_config['hidden_dim']}: {rank!r}).")
     differ = [name for name in SHAPING_SETTINGS if encoder_config.get(name) != base_config.get(name)]
     if differ:
         name = differ[0]
         raise ValueError(f"{path} was trained on an encoder of another shape: its {name} is "
                          f"{encoder_config.get(name)!r}, {shown}'s is {base_config.get(name)!r}.")
+
+
+def _check_claims(path, model_config, base, arrays):
+    """Refuses a config whose heads imply more weights than the base and the file's arrays hold, before building."""
+    try:
+        claimed = claimed_weight_count(model_config)
+    except ValueError as error:
+        raise ValueError(f"{path}: its config says {error}; refused before building it.") from None
+    held = base.count_params() + sum(int(array.size) for array in arrays.values())
+    if claimed > allowed_weights(held):
+        raise ValueError(f"{path}: its config implies a model of at least {claimed:,} weights, but the base and "
+                         f"the file hold {held:,}; refused before building it.")

@@ -237,15 +237,10 @@ def check_config_claims(path, config, archive):
     claims = list(_claims(config))
     if not claims:
         return
-    for where, sizes, count in claims:
-        applications = sizes.get("num_layers", 1) * sizes.get("num_inner_repetitions", 1)
-        if "num_layers" in sizes and applications > MAX_LAYERS:
-            raise ValueError(
-                f"{path}: config.json says num_layers {sizes['num_layers']} for {where}: "
-                f"{applications:,} Transformer layers, over the {MAX_LAYERS:,} kbert builds from a file; "
-                "refused before building it."
-            )
-    needed = sum(count(sizes) for _, sizes, count in claims)
+    try:
+        needed = claimed_weight_count(config)
+    except ValueError as error:
+        raise ValueError(f"{path}: config.json says {error}; refused before building it.") from None
     name, held = weights_held(path, archive)
     if needed <= allowed_weights(held):
         return
@@ -339,6 +334,17 @@ def encoder_claim(node):
         )
 
     return sizes, count
+
+
+def claimed_weight_count(config):
+    """The weights a model config's encoders and task heads imply (at least), checked first for too many layers."""
+    claims = list(_claims(config))
+    for where, sizes, _ in claims:
+        applications = sizes.get("num_layers", 1) * sizes.get("num_inner_repetitions", 1)
+        if "num_layers" in sizes and applications > MAX_LAYERS:
+            raise ValueError(f"num_layers {sizes['num_layers']} for {where}: {applications:,} Transformer layers, "
+                             f"over the {MAX_LAYERS:,} kbert builds from a file")
+    return sum(count(sizes) for _, sizes, count in claims)
 
 
 def claim_keys(sizes):

@@ -13,9 +13,10 @@ zeroes the adapters when it loads one: a run resumed from its backup would
 then learn nothing (both adapters zero, so both gradients are), and no
 adapter could be saved apart. kbert's block never calls its `Dense` layers
 (each backend's fast path reads their variables), so it holds the adapters
-itself, saved as they are; `merged_kernel` folds them in for export. They
-compute what Keras' LoRA computes on the same weights (tested against
-keras-hub's block with `enable_lora` on its sublayers).
+itself, saved as they are; `merged_kernel` folds them in for export.
+Tested: every target computes what keras-hub's block computes on the merged
+kernels, and the feed-forward adapters learn as Keras' own `Dense` LoRA
+does on the same weights (outputs and gradients).
 
 `EncoderLora`, a mixin of `kbert.Encoder`, gives every block of an encoder
 adapters and freezes the rest but the pooler; `KeepsLoraFrozen` keeps it so

@@ -68,6 +68,7 @@ def distill_task(task, teacher, out, settings=None, **options):
         teacher = load_model(teacher_path)
     if not isinstance(teacher, Classifier):
         raise ValueError(f"The teacher must be a kbert.Classifier, got {type(teacher).__name__}.")
+    teacher = teacher.merge_lora()  # the same answers; a student of its layers copies plain ones
     task = classes_of_the_model(task, teacher)
     _start_run(out)
     record = {"task": name, **_data_settings(task), "teacher": teacher_path, **_record(settings)}
@@ -144,6 +145,7 @@ def prune_task(task, model, out, settings=None, **options):
     model_path = model if isinstance(model, str) else None
     if model_path is not None:
         model = load_model(model_path)
+    model = model.merge_lora()  # a LoRA model's adapters folded in: pruning prunes what it learned
     task = classes_of_the_model(task, model)
     _start_run(out)
     record = {"task": name, **_data_settings(task), "model": model_path, **_record(settings)}

@@ -92,6 +92,23 @@ def test_what_is_not_an_adapter_file_is_refused_in_one_line(base, tmp_path):
             target.writestr(name, buffer.getvalue() if name == replaced else source.read(name))
     with pytest.raises(ValueError, match="pickled.adapter is not a kbert adapter file"):
         kbert.load_adapter(pickled, base=base)
+    # A config that would build far more than the base and the file hold, or adapters wider than the encoder.
+    for name, change, message in (
+            ("huge.adapter", lambda config: config["config"]["preprocessor"]["config"].update(num_classes=10 ** 8),
+             "its config implies a model of at least"),
+            ("wide.adapter", lambda config: config["config"]["encoder"]["config"]["lora"].update(rank=10 ** 6),
+             "no LoRA rank from 1 to the base's width 16")):
+        rewritten = tmp_path / name
+        with zipfile.ZipFile(path) as source, zipfile.ZipFile(rewritten, "w") as target:
+            for member in source.namelist():
+                data = source.read(member)
+                if member == "adapter.json":
+                    metadata = json.loads(data)
+                    change(metadata["model"])
+                    data = json.dumps(metadata)
+                target.writestr(member, data)
+        with pytest.raises(ValueError, match=message):
+            kbert.load_adapter(rewritten, base=base)
     with pytest.raises(FileNotFoundError, match="missing.adapter: no adapter file there"):
         kbert.load_adapter(tmp_path / "missing.adapter", base=base)
     plain = kbert.classifier(base, num_classes=2, vocabulary=TINY_VOCABULARY, sequence_length=12)
