@@ -49,7 +49,7 @@ BUDGETS = {
 
 
 def speed_worker(variant):
-    """In a fresh process on KERAS_BACKEND: `{"step_seconds", "steps", "peak_rss_mb", "built_rss_mb"}` of one variant."""
+    """In a fresh process on KERAS_BACKEND: step time, peak and built memory, weights of one variant."""
     import numpy as np
 
     import kbert  # noqa: F401 (registers kbert, sets TensorFlow's switches before it loads)

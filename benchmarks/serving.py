@@ -193,8 +193,6 @@ def main():
     model = kbert.classifier(args.encoder, num_classes=2, vocabulary=vocabulary,
                              sequence_length=args.sequence_length, class_names=["negative", "positive"])
     if args.lora_rank:
-        import numpy as np
-
         model.enable_lora(args.lora_rank, targets="all")
         for variable in model.encoder.lora_adapters:  # B is zero when fresh: a real update to merge
             variable.assign(np.random.default_rng(0).normal(scale=0.02, size=variable.shape).astype("float32"))

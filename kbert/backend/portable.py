@@ -56,7 +56,8 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     x = block.self_attention_layer_norm(attended + inputs)
 
     intermediate = block.feedforward_intermediate_dense
-    hidden = block.activation(_with_lora(block, "intermediate", x, ops.matmul(x, intermediate.kernel) + intermediate.bias))
+    hidden = ops.matmul(x, intermediate.kernel) + intermediate.bias
+    hidden = block.activation(_with_lora(block, "intermediate", x, hidden))
     output = block.feedforward_output_dense
     hidden = _with_lora(block, "output", hidden, ops.matmul(hidden, output.kernel) + output.bias)
     hidden = block.feedforward_dropout(hidden, training=training)
@@ -75,7 +76,7 @@ def _with_lora(block, target, x, projected, shape=None):
 
 
 def lora_update(block, target, x):
-    """`(alpha / rank) * (x @ A) @ B` for the LoRA adapter `target` of `block` on `x` (`(..., input width)`); None without one.
+    """`(alpha / rank) * (x @ A) @ B`, the LoRA adapter `target` of `block` on `x` `(..., input width)`; or None.
 
     The result is `(..., output width)`, heads not split. The adapters and
     their settings are the block's (`kbert.models.lora_adapters`); each

@@ -50,8 +50,8 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
     # of the blocks' time), and gains 1-2 % on large batches.
     projections = {"query": attention.query_dense, "key": attention.key_dense, "value": attention.value_dense}
     qkv = tf.concat(
-        [_with_lora(block, target, x,
-                    tf.nn.bias_add(tf.matmul(x, tf.reshape(p.kernel, [hidden_dim, width])), tf.reshape(p.bias, [width])))
+        [_with_lora(block, target, x, tf.nn.bias_add(tf.matmul(x, tf.reshape(p.kernel, [hidden_dim, width])),
+                                                     tf.reshape(p.bias, [width])))
          for target, p in projections.items()],
         axis=1,
     )

@@ -78,7 +78,7 @@ def checked_lora_settings(rank, targets=None, alpha=None):
 
 
 class KeepsLoraFrozen:
-    """Mixin of the layers that hold LoRA adapters (the block, the encoder): `trainable = True` leaves the frozen frozen.
+    """Mixin of the layers that hold LoRA adapters (block, encoder): `trainable = True` leaves the frozen frozen.
 
     Keras' `Layer.trainable` setter sets every variable of the layer and its
     sublayers, and Keras sets it on each layer of a functional model it
@@ -140,7 +140,7 @@ def adapters_of(block):
 
 
 def merged_kernel(block, target):
-    """The kernel of `target`'s projection with its adapter folded in (`W + (alpha / rank) * A @ B`), as a NumPy array."""
+    """The kernel of `target`'s projection with its adapter folded in (`W + (alpha / rank) * A @ B`), as NumPy."""
     kernel = target_layer(block, target).kernel
     a, b = adapters_of(block)[target]
     delta = (block.lora["alpha"] / block.lora["rank"]) * ops.matmul(a, b)

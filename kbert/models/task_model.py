@@ -276,9 +276,10 @@ class TaskModel(
         frozen kernels and the optimizer keeps state for the trained
         variables alone. The model is compiled again with the task's
         defaults, whose learning rate is LoRA's (40 times full
-        fine-tuning's: `kbert.models.optimization.default_learning_rate`); call `compile` after this for settings of your own.
-        `save_adapter` writes what was trained apart from the encoder;
-        `kbert.export` merges the adapters into the kernels.
+        fine-tuning's: `kbert.models.optimization.default_learning_rate`);
+        call `compile` after this for settings of your own. `save_adapter`
+        writes what was trained apart from the encoder; `kbert.export`
+        merges the adapters into the kernels.
 
         Args:
             rank: the adapters' rank; 8 is the LoRA paper's for BERT-sized

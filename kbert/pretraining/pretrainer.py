@@ -257,8 +257,8 @@ class Pretrainer(
         keeps the encoder's weights as they are: the masked-LM head trains
         (its output embeddings are the frozen token embeddings), and so does
         the next-sentence head with the pooler. The default learning rate is
-        ten times the pretraining one, at most 5e-3; call `compile` after this for settings
-        of your own.
+        ten times the pretraining one, at most 5e-3; call `compile` after
+        this for settings of your own.
         """
         if getattr(self.optimizer, "built", False) and int(keras.ops.convert_to_numpy(self.optimizer.iterations)):
             raise ValueError("This pretrainer has been trained already: enable LoRA before fit.")

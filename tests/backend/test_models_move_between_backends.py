@@ -42,7 +42,7 @@ def test_a_model_trained_on_another_backend_loads_here_and_its_export_serves(bac
 
 
 def test_the_cli_trains_lora_adapters_on_jax_and_exports_what_it_trained(tmp_path):
-    """`kbert train --backend jax --lora-rank 2`, then `kbert export` (on TensorFlow: adapters merged) of its model.keras."""
+    """`kbert train --backend jax --lora-rank 2`, then `kbert export` (adapters merged, on TensorFlow) of model.keras."""
     out = tmp_path / "run"
     train = subprocess.run(
         [sys.executable, "-m", "kbert.cli", "train", "sms_spam", "--backend", "jax", "--out", str(out),
