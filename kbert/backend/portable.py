@@ -38,7 +38,7 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     bias = ops.concatenate([ops.reshape(p.bias, (width,)) for p in projections], axis=0)
     qkv = ops.reshape(ops.matmul(inputs, kernel) + bias, (batch_size, length, 3, heads, head_dim))
     query, key, value = (
-        _with_lora(block, target, inputs, qkv[:, :, index], (batch_size, length, heads, head_dim))
+        with_lora_update(block, target, inputs, qkv[:, :, index], (batch_size, length, heads, head_dim))
         for index, target in enumerate(("query", "key", "value"))
     )
 
@@ -51,15 +51,15 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     output = attention.output_dense
     context = ops.reshape(context, (batch_size, length, width))
     attended = ops.matmul(context, ops.reshape(output.kernel, (width, hidden_dim))) + output.bias
-    attended = _with_lora(block, "attention_output", context, attended)
+    attended = with_lora_update(block, "attention_output", context, attended)
     attended = block.self_attention_dropout(attended, training=training)
     x = block.self_attention_layer_norm(attended + inputs)
 
     intermediate = block.feedforward_intermediate_dense
     hidden = ops.matmul(x, intermediate.kernel) + intermediate.bias
-    hidden = block.activation(_with_lora(block, "intermediate", x, hidden))
+    hidden = block.activation(with_lora_update(block, "intermediate", x, hidden))
     output = block.feedforward_output_dense
-    hidden = _with_lora(block, "output", hidden, ops.matmul(hidden, output.kernel) + output.bias)
+    hidden = with_lora_update(block, "output", hidden, ops.matmul(hidden, output.kernel) + output.bias)
     hidden = block.feedforward_dropout(hidden, training=training)
     x = block.feedforward_layer_norm(hidden + x)
     if return_attention_scores:
@@ -67,8 +67,8 @@ def transformer_block(block, inputs, padding_mask, training, return_attention_sc
     return x
 
 
-def _with_lora(block, target, x, projected, shape=None):
-    # The adapter's update beside the frozen kernel's matmul, in `projected`'s shape.
+def with_lora_update(block, target, x, projected, shape=None):
+    """`projected` (the frozen kernel's matmul on `x`) plus `target`'s LoRA update, reshaped to `shape` if given."""
     update = lora_update(block, target, x)
     if update is None:
         return projected

@@ -10,7 +10,8 @@ from kbert.backend.portable import (  # noqa: F401 (the seam's)
     random_state,
     restore_random_state,
 )
-from kbert.backend.portable import lora_update
+# LoRA adapters' updates go beside the frozen kernels' matmuls: no kernel gradient is asked for.
+from kbert.backend.portable import with_lora_update
 
 # Keras' step is a `tf.function` that takes batches of any width without retracing.
 COMPILES_EACH_SHAPE = False
@@ -50,8 +51,8 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
     # of the blocks' time), and gains 1-2 % on large batches.
     projections = {"query": attention.query_dense, "key": attention.key_dense, "value": attention.value_dense}
     qkv = tf.concat(
-        [_with_lora(block, target, x, tf.nn.bias_add(tf.matmul(x, tf.reshape(p.kernel, [hidden_dim, width])),
-                                                     tf.reshape(p.bias, [width])))
+        [with_lora_update(block, target, x, tf.nn.bias_add(tf.matmul(x, tf.reshape(p.kernel, [hidden_dim, width])),
+                                                           tf.reshape(p.bias, [width])))
          for target, p in projections.items()],
         axis=1,
     )
@@ -70,16 +71,16 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
     context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, width])
     output = attention.output_dense
     attended = tf.nn.bias_add(tf.matmul(context, tf.reshape(output.kernel, [width, hidden_dim])), output.bias)
-    attended = _with_lora(block, "attention_output", context, attended)
+    attended = with_lora_update(block, "attention_output", context, attended)
     attended = block.self_attention_dropout(attended, training=training)
     x = block.self_attention_layer_norm(attended + x)
 
     intermediate = block.feedforward_intermediate_dense
     # keras' GELU is `tf.nn.gelu`, whose ops the remapper fuses into the matmul.
-    hidden = block.activation(
-        _with_lora(block, "intermediate", x, tf.nn.bias_add(tf.matmul(x, intermediate.kernel), intermediate.bias)))
+    hidden = tf.nn.bias_add(tf.matmul(x, intermediate.kernel), intermediate.bias)
+    hidden = block.activation(with_lora_update(block, "intermediate", x, hidden))
     output = block.feedforward_output_dense
-    hidden = _with_lora(block, "output", hidden, tf.nn.bias_add(tf.matmul(hidden, output.kernel), output.bias))
+    hidden = with_lora_update(block, "output", hidden, tf.nn.bias_add(tf.matmul(hidden, output.kernel), output.bias))
     hidden = block.feedforward_dropout(hidden, training=training)
     x = block.feedforward_layer_norm(hidden + x)
 
@@ -87,13 +88,6 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
     if return_attention_scores:
         return x, probabilities
     return x
-
-
-def _with_lora(block, target, x, projected):
-    # The adapter's update beside the frozen kernel's matmul (`lora_adapters`):
-    # the kernel's own gradient is never asked for, so the graph computes none.
-    update = lora_update(block, target, x)
-    return projected if update is None else projected + update
 
 
 def _large_negative(dtype):

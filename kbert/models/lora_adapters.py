@@ -114,8 +114,6 @@ def add_adapters(block, settings):
     `lora_kernel_a` and `lora_kernel_b`), in float32, the block's variable
     dtype.
     """
-    for variable in block.weights:
-        variable.trainable = False
     # A built layer's tracker refuses new variables: Keras' own
     # `Dense.enable_lora` opens it the same way.
     tracker = getattr(block, "_tracker", None)
@@ -129,6 +127,7 @@ def add_adapters(block, settings):
             name=f"{target}_lora_b", shape=(settings["rank"], outputs), initializer="zeros"))
     if tracker is not None and block.built:
         tracker.lock()
+    block.freeze_for_lora()
 
 
 def adapters_of(block):
