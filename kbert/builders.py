@@ -5,11 +5,14 @@
 an entry point here.
 """
 
+import warnings
+
 from kbert.checkpoints.encoder_argument import resolve_encoder
 from kbert.models.classifier import Classifier
 from kbert.models.embedder import Embedder
 from kbert.models.encoder import Encoder
 from kbert.models.multiple_choice import MultipleChoice
+from kbert.models.presets import PRESETS
 from kbert.models.question_answerer import QuestionAnswerer
 from kbert.models.tagger import Tagger
 from kbert.preprocessing.text_packer import TextPacker
@@ -72,6 +75,10 @@ def build_encoder_and_preprocessor(encoder, vocabulary, preprocessor, sequence_l
     if isinstance(encoder, Encoder) and encoder.base_name is None and isinstance(given, str):
         encoder.base_name = given  # what `save_adapter` names as the adapters' base
     if lora.get("rank") is not None:
+        if isinstance(given, str) and given in PRESETS:
+            warnings.warn(f"LoRA adapts a pretrained encoder, but the preset {given!r} is freshly initialised: its "
+                          "frozen weights are random. Fine-tune it in full, or start from a checkpoint (e.g. "
+                          "all-minilm-l6-v2).", stacklevel=3)
         if encoder is given:  # the caller's encoder stays as it is (it may be the base of other adapters)
             encoder = encoder.copy()
         encoder.enable_lora(lora["rank"], lora.get("targets"), lora.get("alpha"))

@@ -62,3 +62,9 @@ def test_every_registered_task_has_a_task_preprocessor_that_serves_it(name, tmp_
     # The export asks the preprocessor for its signature: no list of task types.
     module = ServingModule(model, text_pairs=False if name in ("classifier", "embedder") else None)
     assert set(module.signatures()) == {"serving_default", "from_token_ids", "from_tf_example"}
+
+
+def test_lora_on_a_fresh_preset_warns_that_its_frozen_weights_are_random():
+    with pytest.warns(UserWarning, match="preset 'tiny' is freshly initialised: its frozen weights are random"):
+        model = kbert.classifier("tiny", vocabulary=TINY_VOCABULARY, sequence_length=8, num_layers=1, lora_rank=2)
+    assert model.encoder.lora["rank"] == 2
