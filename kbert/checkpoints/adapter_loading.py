@@ -9,6 +9,12 @@ import keras
 import numpy as np
 
 from kbert.checkpoints.encoder_argument import resolve_encoder
+from kbert.checkpoints.loading import (
+    KNOWN_CHECKPOINTS,
+    keras_hub_albert_presets,
+    keras_hub_bert_presets,
+    known_checkpoint_folder,
+)
 from kbert.io.safe_loading import allowed_weights, claimed_weight_count
 from kbert.models.adapter_file import (
     ADAPTER_FORMAT,
@@ -48,7 +54,10 @@ def load_adapter(path, base=None):
         base: the base encoder: a `kbert.Encoder` (loaded once, for several
             adapters), or any name or path `kbert.checkpoints.resolve_encoder`
             takes (a checkpoint such as "all-MiniLM-L6-v2", a `.keras`
-            file); default the base the file names.
+            file); default the base the file names, where it is a
+            checkpoint kbert knows by name (`KNOWN_CHECKPOINTS`, keras-hub's
+            BERT and ALBERT presets): a path named in the file is never
+            read.
 
     Returns:
         The task model, compiled as its builder compiles it, LoRA enabled:
@@ -68,12 +77,9 @@ def load_adapter(path, base=None):
     path = os.fspath(path)
     metadata = _read_metadata(path)
     base_name = metadata["base"].get("name")
-    if base is None:
-        if not base_name:
-            raise ValueError(f"{path} names no base encoder: give load_adapter(..., base=) the encoder its "
-                             "adapters were trained on.")
-        base = base_name
     shown = base if isinstance(base, str) else "the base given"
+    if base is None:
+        base, shown = _base_named_in(path, base_name), base_name
     if not isinstance(base, Encoder):
         base, _ = resolve_encoder(base, role="base encoder")
     model_config = metadata["model"]
@@ -105,6 +111,26 @@ def load_adapter(path, base=None):
         variable.assign(value)
     model.encoder.base_name = base_name
     return model
+
+
+def _base_named_in(path, name):
+    """Where the base that an adapter file names is, for a checkpoint kbert knows by name; never a path from the file.
+
+    A file is data: the name it holds may be a path (the base's `.keras`
+    file where it was trained), which kbert does not read unless the user
+    gives it as `base`.
+    """
+    if not name:
+        raise ValueError(f"{path} names no base encoder: give load_adapter(..., base=) the encoder its "
+                         "adapters were trained on.")
+    if isinstance(name, str) and name.lower() in KNOWN_CHECKPOINTS:
+        return known_checkpoint_folder(name)
+    if isinstance(name, str) and name in keras_hub_bert_presets() + keras_hub_albert_presets() \
+            and not os.path.exists(name):
+        return name
+    raise ValueError(f"{path} names its base encoder {name!r}, which is not a checkpoint kbert knows by name, and "
+                     "kbert reads no path that a file names: give load_adapter(..., base=) that encoder or "
+                     "its path.")
 
 
 def _read_metadata(path):

@@ -79,14 +79,8 @@ def resolve_checkpoint(path_or_name):
     path_or_name = os.fspath(path_or_name)
     if os.path.exists(path_or_name):
         return path_or_name
-    known = KNOWN_CHECKPOINTS.get(path_or_name.lower())
-    if known is not None:
-        if importlib.util.find_spec(known["package"]) is None:
-            raise FileNotFoundError(
-                f"The checkpoint {path_or_name!r} comes in the package {known['package']!r}, which is "
-                f"not installed: {known['install']}"
-            )
-        return str(importlib.resources.files(known["package"]) / known["folder"])
+    if path_or_name.lower() in KNOWN_CHECKPOINTS:
+        return known_checkpoint_folder(path_or_name)
     if "://" in path_or_name or path_or_name in keras_hub_bert_presets() + keras_hub_albert_presets():
         return path_or_name
     import keras_hub
@@ -97,6 +91,17 @@ def resolve_checkpoint(path_or_name):
             "AlbertBackbone."
         )
     return _hugging_face_snapshot(path_or_name)
+
+
+def known_checkpoint_folder(name):
+    """The folder of a checkpoint in `KNOWN_CHECKPOINTS`, found in its installed package (no path is looked at)."""
+    known = KNOWN_CHECKPOINTS[name.lower()]
+    if importlib.util.find_spec(known["package"]) is None:
+        raise FileNotFoundError(
+            f"The checkpoint {name!r} comes in the package {known['package']!r}, which is "
+            f"not installed: {known['install']}"
+        )
+    return str(importlib.resources.files(known["package"]) / known["folder"])
 
 
 def _hugging_face_snapshot(repo_id):

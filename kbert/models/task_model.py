@@ -335,9 +335,12 @@ class TaskModel(
 
         Args:
             path: the file to write (atomically: a complete file or none).
-            base_name: the base encoder's name or path, as `load_adapter`
-                takes it; default the checkpoint the model was built from
+            base_name: the base encoder's name or path, recorded in the
+                file; default the checkpoint the model was built from
                 (`kbert.classifier("all-MiniLM-L6-v2", ...)`), if any.
+                `load_adapter` finds a base by a name it knows
+                ("all-MiniLM-L6-v2"); a path it reads only when given as
+                `base`.
         """
         from kbert.models.adapter_file import write_adapter
 

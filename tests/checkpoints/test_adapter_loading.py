@@ -24,6 +24,19 @@ def tuned(base, labels, seed, **options):
     return model
 
 
+def _rewritten(path, target_path, change):
+    """A copy of the adapter file `path` at `target_path`, its metadata changed in place by `change`."""
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(target_path, "w") as target:
+        for member in source.namelist():
+            data = source.read(member)
+            if member == "adapter.json":
+                metadata = json.loads(data)
+                change(metadata)
+                data = json.dumps(metadata)
+            target.writestr(member, data)
+    return target_path
+
+
 @pytest.fixture(scope="module")
 def base():
     keras.utils.set_random_seed(0)
@@ -53,7 +66,7 @@ def test_one_base_serves_several_adapters_each_as_it_was_trained(base, tmp_path)
     assert os.path.getsize(paths[0]) < os.path.getsize(tmp_path / "first.keras") / 3
 
 
-def test_an_adapter_names_its_base_and_loads_on_it_alone(base, tmp_path):
+def test_an_adapter_names_its_base_and_loads_on_it_alone(base, tmp_path, monkeypatch):
     base_file = tmp_path / "base.keras"
     base.save(base_file)
     model = tuned(str(base_file), [0, 1, 1, 0, 0, 1], seed=1)
@@ -61,8 +74,21 @@ def test_an_adapter_names_its_base_and_loads_on_it_alone(base, tmp_path):
     with zipfile.ZipFile(path) as archive:
         metadata = json.loads(archive.read("adapter.json"))
     assert metadata["base"]["name"] == str(base_file)
-    again = kbert.load_adapter(path)  # the base it names
+    # A path named in the file is not read unless the user gives it.
+    with pytest.raises(ValueError, match=r"a.adapter names its base encoder '.*base.keras', which is not a "
+                                         r"checkpoint kbert knows by name, and kbert reads no path that a file "
+                                         r"names: give load_adapter\(..., base=\)"):
+        kbert.load_adapter(path)
+    again = kbert.load_adapter(path, base=str(base_file))
     np.testing.assert_allclose(again.predict(TEXTS, verbose=0), model.predict(TEXTS, verbose=0), atol=1e-6)
+    # A name kbert knows is found in its package, not in a folder of that name where kbert runs.
+    renamed = _rewritten(path, tmp_path / "named.adapter", lambda metadata: metadata["base"].update(
+        name="all-MiniLM-L6-v2"))
+    os.makedirs(tmp_path / "all-MiniLM-L6-v2")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"an encoder of another shape: its vocabulary_size is \d+, "
+                                         r"all-MiniLM-L6-v2's is 30522"):
+        kbert.load_adapter(renamed)
 
     keras.utils.set_random_seed(5)
     other = kbert.Encoder(**tiny_encoder_kwargs())
@@ -98,15 +124,7 @@ def test_what_is_not_an_adapter_file_is_refused_in_one_line(base, tmp_path):
              "its config implies a model of at least"),
             ("wide.adapter", lambda config: config["config"]["encoder"]["config"]["lora"].update(rank=10 ** 6),
              "no LoRA rank from 1 to the base's width 16")):
-        rewritten = tmp_path / name
-        with zipfile.ZipFile(path) as source, zipfile.ZipFile(rewritten, "w") as target:
-            for member in source.namelist():
-                data = source.read(member)
-                if member == "adapter.json":
-                    metadata = json.loads(data)
-                    change(metadata["model"])
-                    data = json.dumps(metadata)
-                target.writestr(member, data)
+        rewritten = _rewritten(path, tmp_path / name, lambda metadata, change=change: change(metadata["model"]))
         with pytest.raises(ValueError, match=message):
             kbert.load_adapter(rewritten, base=base)
     with pytest.raises(FileNotFoundError, match="missing.adapter: no adapter file there"):
