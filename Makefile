@@ -24,8 +24,11 @@ demo: $(INSTALLED)
 # (marked all_backends) on PyTorch and on JAX. XLA compiles each step on JAX,
 # which makes its run the longest: it leaves out the callbacks (but backups
 # and the step counted on the host, which spares JAX's fit work per step),
-# the encoder's and the block's own tests, which run the same keras.ops code
-# as on PyTorch (tests/backend compares JAX's encoder with TensorFlow's).
+# the encoder's, the block's and its LoRA adapters' own tests, the harnesses
+# of the heads that are keras.ops code alone (question answering, tagging,
+# multiple choice; the classifier's and the embedder's run) and head
+# pruning's rebuilt models (its gradients run): all the same code as on
+# PyTorch (tests/backend compares JAX's encoder with TensorFlow's).
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --dist loadgroup
 # Three workers for TensorFlow's run: TensorFlow keeps a graph of every
 # model's training step for good (about 15 MB each), and a third worker
@@ -36,13 +39,17 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --dist loadgroup
 # a third less time (docs/testing.rst).
 TEST_ENV := XLA_FLAGS=--xla_backend_optimization_level=0
 JAX_LEAVES_OUT := $(filter-out %/test_backup_and_restore.py %/test_training_step.py,$(wildcard tests/callbacks/test_*.py)) \
-	tests/models/test_encoder.py tests/models/test_transformer_block.py
+	tests/models/test_encoder.py tests/models/test_transformer_block.py tests/models/test_lora_adapters.py
+JAX_DESELECTS := tests/models/test_question_answerer.py::test_task_harness \
+	tests/models/test_tagger.py::test_task_harness tests/models/test_multiple_choice.py::test_fit_predict_save_and_tf_data \
+	tests/compression/test_head_pruning.py::test_pruned_computes_what_masked_computes \
+	tests/compression/test_head_pruning.py::test_pruned_classifier_trains_saves_and_exports
 test: $(INSTALLED)
 	$(TEST_ENV) $(PYTEST) -n 3 --durations=30 tests
 	$(TEST_ENV) KERAS_BACKEND=torch $(PYTEST) -n 2 --durations=30 -m all_backends tests
 	$(TEST_ENV) KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR=$(CURDIR)/$(VENV)/jax-cache \
 		JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 $(PYTEST) -n 2 --durations=30 -m all_backends \
-		$(addprefix --ignore=,$(JAX_LEAVES_OUT)) tests
+		$(addprefix --ignore=,$(JAX_LEAVES_OUT)) $(addprefix --deselect=,$(JAX_DESELECTS)) tests
 
 # The peers of benchmarks/quality.py (PyTorch, transformers), apart from kbert's environment.
 peer-venv: benchmarks/requirements.txt
