@@ -8,6 +8,7 @@ import os
 import sys
 
 from kbert.cli.arguments import add_command, folder_of_the_out_file, positive_float, positive_int
+from kbert.cli.model_files import add_base_argument, load_task_model
 
 # The examples `kbert predict` sends to the model at a time.
 PREDICT_BATCH_SIZE = 32
@@ -16,7 +17,9 @@ PREDICT_BATCH_SIZE = 32
 def add_commands(commands):
     export = add_command(commands, "export", "write a trained model as a SavedModel for TF Serving", _export,
                          check=_check_export, output_folders=_export_folders, backend="tensorflow")
-    export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`)")
+    export.add_argument("model", help="a task model's .keras file (e.g. the model.keras of `kbert train`), or a "
+                                      "LoRA adapter file (its model.adapter; adapters merged into the export)")
+    add_base_argument(export)
     export.add_argument("--name", required=True,
                         help="the model's name, one folder name (letters, digits, '.', '_', '-'): writes "
                              "OUT/NAME/VERSION/")
@@ -30,8 +33,8 @@ def add_commands(commands):
                           "file (one JSON line each)", _predict, check=_check_predict, backend="tensorflow",
                           output_folders=folder_of_the_out_file)
     predict.add_argument("saved_model", metavar="MODEL",
-                         help="a model folder of versions (saved_models/spam), a version folder, or a task "
-                              "model's .keras file")
+                         help="a model folder of versions (saved_models/spam), a version folder, a task "
+                              "model's .keras file, or a LoRA adapter file (the model.adapter of `kbert train`)")
     predict.add_argument("texts", nargs="*", help="texts, grouped per example in the model's input order: "
                                                   "text [text_pair] | question context | context choice...")
     predict.add_argument("--file", help="a CSV, TSV or JSON Lines file of examples (columns as for kbert train; "
@@ -46,6 +49,7 @@ def add_commands(commands):
     columns.add_argument("--text-pair-column",
                          help="the second texts of pairs, or contexts (default: text_pair, sentence2, context, ...)")
     columns.add_argument("--id-column", help="ids to copy into each prediction (default: id, idx, ...)")
+    add_base_argument(predict)
     predict.add_argument("--trust", action="store_true",
                          help="run a SavedModel whose ops are not all on kbert's list of safe ops (one that "
                               "can read or write files, reach the network or run programs): only for a "
@@ -84,7 +88,6 @@ def _check_predict(args):
 
 
 def _export(args):
-    from kbert.saving import load_model
     from kbert.serving import export
 
     # Checked here, in the command's words (the library's message names its
@@ -96,7 +99,7 @@ def _export(args):
     if args.overwrite and os.path.exists(target) and not os.path.isfile(os.path.join(target, "saved_model.pb")):
         raise ValueError(f"{target} is not an exported model (no saved_model.pb), so --overwrite does not "
                          "replace it; choose another --version.")
-    model = load_model(args.model)
+    model = load_task_model(args.model, args.base)
     text_pairs = {"pairs": True, "single": False, None: None}[args.texts]
     try:
         # kbert.export checks the ops before the version goes live.
@@ -143,10 +146,13 @@ def _predict(args):
 def _predictor(args):
     from kbert.serving import SavedModelPredictor
 
-    if args.saved_model.endswith(".keras") and os.path.isfile(args.saved_model):
-        from kbert.saving import load_model
+    from kbert.models.adapter_file import is_adapter_file
 
-        return SavedModelPredictor.from_keras_model(load_model(args.saved_model), args.saved_model)
+    if os.path.isfile(args.saved_model) and (args.saved_model.endswith(".keras") or is_adapter_file(args.saved_model)):
+        return SavedModelPredictor.from_keras_model(load_task_model(args.saved_model, args.base), args.saved_model)
+    if args.base is not None:
+        raise ValueError(f"--base is for a LoRA adapter file (the model.adapter of `kbert train --lora-rank`); "
+                         f"{args.saved_model} is not one.")
     return SavedModelPredictor(args.saved_model, trust=args.trust)
 
 

@@ -23,6 +23,7 @@ from kbert.cli.arguments import (
     take_setting_defaults,
     verbosity,
 )
+from kbert.cli.model_files import add_base_argument, load_task_model
 
 
 def add_conll_arguments(command):
@@ -98,7 +99,8 @@ def add_commands(commands):
 
     evaluate = add_command(commands, "evaluate", "a trained task model's metrics on a split", _evaluate,
                            check=_check_evaluate, output_folders=folder_of_the_out_file, lock=replaced_output_lock)
-    evaluate.add_argument("model", help="the model.keras of `kbert train`")
+    evaluate.add_argument("model", help="the model.keras of `kbert train`, or its model.adapter (LoRA)")
+    add_base_argument(evaluate)
     evaluate.add_argument("--task", choices=sorted(RECIPES),
                           help="the named data set the model was trained on")
     add_data_file_arguments(evaluate, {"--data": "score the model on this file of its task: labelled texts (CSV, "
@@ -193,21 +195,27 @@ def _train(args):
 
 def print_saved(out):
     """Where a run's model and metrics went, and how to compare it with the runs beside it."""
+    from kbert.runs.outputs import RUN_ADAPTER
+
     # TensorBoard on the folder that holds the run compares it with the runs beside it.
     runs = os.path.dirname(os.path.normpath(out)) or "."
-    print(f"Saved {out}/model.keras and {out}/metrics.json.\n"
-          f"Compare it with the runs beside it: tensorboard --logdir {runs}")
+    adapter = os.path.join(out, RUN_ADAPTER)
+    if os.path.exists(adapter):
+        print(f"Saved {out}/model.keras, {adapter} (the LoRA adapters and head alone, for the same encoder) "
+              f"and {out}/metrics.json.")
+    else:
+        print(f"Saved {out}/model.keras and {out}/metrics.json.")
+    print(f"Compare it with the runs beside it: tensorboard --logdir {runs}")
 
 
 def _evaluate(args):
     from kbert.io.atomic_files import json_text, remove_temporary_files, write_atomically, write_text
     from kbert.runs.fine_tuning import evaluate_task
-    from kbert.saving import load_model
 
     if args.out:  # under --out's lock: what a killed evaluate left beside it
         directory, name = os.path.split(os.path.abspath(args.out))
         remove_temporary_files(directory, [name])
-    model = load_model(args.model)
+    model = load_task_model(args.model, args.base)
     task = args.task
     if args.data is not None:
         from kbert.runs.own_data import read_evaluation_data

@@ -253,7 +253,7 @@ def remove_temporary_files(directory, names=None):
     return removed
 
 
-def write_together(directory, write, last):
+def write_together(directory, write, last, optional=()):
     """Writes a group of files into `directory`: where the file `last` is, the others beside it are of its group.
 
     `write(staging)` writes the group's files into a new staging folder
@@ -280,6 +280,10 @@ def write_together(directory, write, last):
             the folder it is given.
         last: the file name that marks a complete group (`metrics.json` of a
             run folder); `write` must write it.
+        optional: names of files that a group may hold or not (a run
+            folder's `model.adapter`): one of the old group that the new
+            group lacks is removed with the old `last`, so that no file of
+            another group stays beside the new one.
     """
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
@@ -293,7 +297,8 @@ def write_together(directory, write, last):
         for name in names:
             _flush_to_disk(os.path.join(staging, name))
         marker = os.path.join(staging, _COMMITTED)
-        write_text(marker, json.dumps({"last": last}) + "\n")
+        absent = sorted(name for name in optional if name not in names)
+        write_text(marker, json.dumps({"last": last, "absent": absent}) + "\n")
         _flush_to_disk(marker)
         _flush_to_disk(staging)
     except BaseException:
@@ -336,14 +341,19 @@ def finish_interrupted_writes(directory, names=()):
 def _publish(directory, staging):
     """Renames a committed group out of `staging` into `directory`, `last` at the end; safe to run again after a kill."""
     with open(os.path.join(staging, _COMMITTED), encoding="utf-8") as file:
-        last = json.load(file)["last"]
+        marker = json.load(file)
+    last, absent = marker["last"], marker.get("absent", [])
     waiting = sorted(name for name in os.listdir(staging) if name not in (_COMMITTED, last))
-    if waiting:
-        # Files of the new group are about to join the old `last`: it goes first.
+    stale = [os.path.join(directory, name) for name in absent if os.path.lexists(os.path.join(directory, name))]
+    if waiting or stale:
+        # Files of the new group are about to join the old `last`: it goes
+        # first, then the old group's files that the new one lacks.
         old_last = os.path.join(directory, last)
         if os.path.lexists(old_last):
             os.remove(old_last)
             _flush_to_disk(directory)
+        for path in stale:
+            os.remove(path)
         for name in waiting:
             os.replace(os.path.join(staging, name), os.path.join(directory, name))
         _flush_to_disk(directory)

@@ -24,6 +24,15 @@ ADAPTER_FORMAT = 1
 METADATA = "adapter.json"
 
 
+def is_adapter_file(path):
+    """Whether `path` is a zip archive holding an adapter file's metadata (its contents are not read)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return METADATA in archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
 def frozen_base_weights(encoder):
     """The encoder's variables a LoRA model takes from its base: all but the adapters and the pooler, in order.
 

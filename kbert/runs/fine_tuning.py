@@ -14,6 +14,7 @@ import numpy as np
 from kbert.io.setting_error import SettingError
 from kbert.runs.fine_tuning_settings import FineTuningSettings
 from kbert.runs.named_data import FILE_SPLITS, named_file_data
+from kbert.runs.outputs import RUN_ADAPTER, RUN_MODEL
 from kbert.runs.recipes import FILES, default_epochs, positive_class, problem_type, recipe, score_name
 
 # The bert-base-uncased vocabulary ships with this checkpoint package.
@@ -167,10 +168,12 @@ def fine_tune(task, out, settings=None, **options):
     the evaluation split, or SICK's trial and CoNLL-2003's dev split), on
     the same seeded subset of `max_eval_examples` that the evaluation takes.
 
-    `out` gets `model.keras` (the fitted model), `metrics.json` (the
-    evaluation split's metrics, the settings, examples seen and wall time),
-    both written together (`kbert.runs.outputs.write_run`: killed before
-    both are complete, `out` keeps its earlier run), and `tensorboard/`,
+    `out` gets `model.keras` (the fitted model), for a LoRA model also
+    `model.adapter` (its adapters, pooler and head alone:
+    `TaskModel.save_adapter`), `metrics.json` (the evaluation split's
+    metrics, the settings, examples seen and wall time), all written
+    together (`kbert.runs.outputs.write_run`: killed before all are
+    complete, `out` keeps its earlier run), and `tensorboard/`,
     written as the run goes:
 
     - `train/` and `validation/`: the loss, the metrics and the learning
@@ -312,7 +315,9 @@ def _write_fine_tuned(folder, model, task, settings, logs, validation, result):
 
     hparams, log_dir = logs
     name, info = recipe(task)
-    model.save(os.path.join(folder, "model.keras"))
+    model.save(os.path.join(folder, RUN_MODEL))
+    if model.encoder.lora is not None:
+        model.save_adapter(os.path.join(folder, RUN_ADAPTER))
     metrics = evaluate_task(model, task, max_examples=settings.max_eval_examples, batch_size=settings.batch_size,
                             source=settings.source)
     hparams.log_metrics({score_name(metrics["split"], key, metrics.get("positive_class")): value

@@ -27,6 +27,8 @@ from kbert.io.atomic_files import contains_path, finish_interrupted_writes, spec
 # written last, marks a finished run (as in run folders of every kbert version).
 RUN_FILES = ("model.keras", "metrics.json")
 RUN_MODEL, RUN_METRICS = RUN_FILES
+# A LoRA run's adapters alone (`kbert.models.adapter_file`), beside its model: in the group when there are adapters.
+RUN_ADAPTER = "model.adapter"
 RUN_LOGS = "tensorboard"
 # Where a run folder's earlier TensorBoard logs are moved: `DIR/earlier-runs/<time>/tensorboard`.
 EARLIER_RUNS = "earlier-runs"
@@ -120,7 +122,7 @@ def start_run_folder(out, overwrite, inputs=(), flag="--out", report=None):
                 else f"the {RUN_MODEL} of a run that did not finish (no {RUN_METRICS})")
         raise FileExistsError(f"{flag} {out} holds {held}; pass --overwrite to replace it, or choose "
                               f"another {flag}.")
-    replaced = [os.path.join(out, name) for name in RUN_FILES + (RUN_LOGS,)]
+    replaced = [os.path.join(out, name) for name in RUN_FILES + (RUN_ADAPTER, RUN_LOGS)]
     for path in inputs:
         if any(contains_path(target, path) for target in replaced):
             raise ValueError(f"{flag} {out}: this run would replace {path}, one of its own inputs; "
@@ -180,11 +182,12 @@ def write_run(out, write):
     """Writes a run's files into the run folder `out` together: all of them, or none (`kbert.io.atomic_files.write_together`).
 
     `write(folder)` writes `model.keras` and `metrics.json` into `folder`, a
-    staging folder inside `out`; they replace the old ones only once both
-    are complete. Killed before that, `out` keeps its earlier run whole, and
+    staging folder inside `out`, and `model.adapter` for a LoRA model; they
+    replace the old ones only once all are complete (an old `model.adapter`
+    goes when the new run has none). Killed before that, `out` keeps its earlier run whole, and
     the next `start_run_folder` removes the partial files.
     """
-    write_together(out, write, last=RUN_METRICS)
+    write_together(out, write, last=RUN_METRICS, optional=(RUN_ADAPTER,))
 
 
 def _print_to_stderr(line):

@@ -274,29 +274,52 @@ def test_pairs_that_leave_no_room_at_the_sequence_length_are_refused_in_one_line
 
 
 def test_lora_fine_tuning_trains_adapters_and_exports_a_plain_model(spam_run, tmp_path, capsys):
-    folder, _ = spam_run
+    # The base: the encoder of a model fine-tuned before (its .keras file), which the adapters tune further.
+    folder, base_run = spam_run
+    base = str(base_run / "model.keras")
     out = tmp_path / "lora"
+    capsys.readouterr()
     assert cli.main(["train", "--train", str(folder / "train.csv"), "--id-column", "msg_id", "--out", str(out),
-                     "--lora-rank", "2", "--lora-targets", "value,query,output", *SMALL]) == 0
+                     "--lora-rank", "2", "--lora-targets", "value,query,output", "--encoder", base,
+                     *SMALL[2:]]) == 0
+    assert f"Saved {out}/model.keras, {out}/model.adapter (the LoRA adapters" in capsys.readouterr().out
     settings = json.loads((out / "metrics.json").read_text())["settings"]
     assert (settings["lora_rank"], settings["lora_alpha"], settings["lora_targets"]) == (2, 2, "query,value,output")
     model = kbert.load_model(out / "model.keras")
     assert model.encoder.lora["targets"] == ["query", "value", "output"]
-    # The export folds the adapters in: the SavedModel of the same model fine-tuned in full.
+    assert (out / "model.adapter").stat().st_size < (out / "model.keras").stat().st_size / 2
+    # The export folds the adapters in: the SavedModel of the same model fine-tuned in full. The
+    # adapter file exports the same, on the base it names: a path, which is read only when given.
     merged = tmp_path / "merged.keras"
     model.merge_lora().save(merged)
-    for name, path in (("lora", out / "model.keras"), ("merged", merged)):
-        assert cli.main(["export", str(path), "--name", name, "--out", str(tmp_path / "served")]) == 0
-    served = {name: tmp_path / "served" / name / "1" for name in ("lora", "merged")}
+    served_folder = str(tmp_path / "served")
+    assert cli.main(["export", str(out / "model.adapter"), "--name", "adapter", "--out", served_folder]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"names its base encoder '{base}', which is not a checkpoint kbert knows" in err
+    assert cli.main(["export", str(merged), "--name", "merged", "--out", served_folder, "--base", base]) == 2
+    assert "--base is for a LoRA adapter file" in capsys.readouterr().err
+    for name, path, more in (("lora", out / "model.keras", []), ("merged", merged, []),
+                             ("adapter", out / "model.adapter", ["--base", base])):
+        assert cli.main(["export", str(path), "--name", name, "--out", served_folder, *more]) == 0
+    served = {name: tmp_path / "served" / name / "1" for name in ("lora", "merged", "adapter")}
     import tensorflow as tf
 
     loaded = {name: tf.saved_model.load(str(path)) for name, path in served.items()}
     stored = {name: tf.train.list_variables(str(path / "variables" / "variables")) for name, path in served.items()}
-    assert stored["lora"] == stored["merged"] and not [name for name, _ in stored["lora"] if "lora" in name]
+    assert stored["lora"] == stored["merged"] == stored["adapter"]
+    assert not [name for name, _ in stored["lora"] if "lora" in name]
     texts = tf.constant([text for text in SPAM + HAM])
     scores = {name: m.signatures["serving_default"](text=texts)["probabilities"].numpy() for name, m in loaded.items()}
     np.testing.assert_allclose(scores["lora"], scores["merged"], atol=1e-6)
+    np.testing.assert_allclose(scores["adapter"], scores["merged"], atol=1e-6)
     np.testing.assert_allclose(scores["lora"], model.predict_proba(SPAM + HAM, verbose=0), atol=1e-5)
+    # Scored from the adapter file as from the model file.
+    capsys.readouterr()
+    for path, more in ((out / "model.keras", []), (out / "model.adapter", ["--base", base])):
+        assert cli.main(["evaluate", str(path), "--data", str(folder / "test.csv"), "--id-column", "msg_id",
+                         "--out", str(tmp_path / f"{path.name}.json"), *more]) == 0
+    assert (json.loads((tmp_path / "model.adapter.json").read_text())
+            == json.loads((tmp_path / "model.keras.json").read_text()))
     capsys.readouterr()
     assert cli.main(["train", "--train", str(folder / "train.csv"), "--out", str(tmp_path / "x"),
                      "--lora-alpha", "4", *SMALL]) == 2

@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -155,6 +156,41 @@ def test_files_written_together_never_pair_across_runs_and_a_cut_publication_is_
     assert consistent(tmp_path)  # an old metrics.json never sits beside the new model
     finished, removed = finish_interrupted_writes(tmp_path, ["model.keras", "metrics.json"])
     assert len(finished) == 1 and removed == []
+    assert sorted(os.listdir(tmp_path)) == ["metrics.json", "model.keras"]
+    assert consistent(tmp_path) and (tmp_path / "model.keras").read_text() == "new"
+
+
+@pytest.mark.parametrize("killed_at", [0, 1, 2, 3, 4])
+def test_a_file_the_new_group_lacks_goes_with_the_old_group_even_when_the_publication_is_cut(tmp_path, monkeypatch,
+                                                                                          killed_at):
+    def with_adapter(folder):
+        write_pair("old")(folder)
+        (pathlib.Path(folder) / "model.adapter").write_text("old")
+
+    write_together(tmp_path, with_adapter, last="metrics.json", optional=["model.adapter"])
+    assert (tmp_path / "model.adapter").read_text() == "old"
+    calls = []
+
+    def dies_at_step(function):
+        def step(*args, **kwargs):
+            if len(calls) == killed_at:
+                raise KeyboardInterrupt
+            calls.append(args)
+            return function(*args, **kwargs)
+
+        return step
+
+    for module, name in [(os, "remove"), (os, "replace"), (shutil, "rmtree")]:
+        monkeypatch.setattr(module, name, dies_at_step(getattr(module, name)))
+    with pytest.raises(KeyboardInterrupt):
+        write_together(tmp_path, write_pair("new"), last="metrics.json", optional=["model.adapter"])
+    monkeypatch.undo()
+    # Where the new metrics are, the old adapter is gone; where the old metrics are, all is of the old group.
+    if (tmp_path / "metrics.json").exists():
+        metrics = json.loads((tmp_path / "metrics.json").read_text())["model"]
+        assert consistent(tmp_path) and (metrics == "new") != (tmp_path / "model.adapter").exists()
+    finished, _ = finish_interrupted_writes(tmp_path, ["model.keras", "metrics.json"])
+    assert len(finished) == 1
     assert sorted(os.listdir(tmp_path)) == ["metrics.json", "model.keras"]
     assert consistent(tmp_path) and (tmp_path / "model.keras").read_text() == "new"
 
