@@ -144,11 +144,11 @@ def _predict(args):
 
 
 def _predictor(args):
+    from kbert.models.adapter_file import is_adapter_file
     from kbert.serving import SavedModelPredictor
 
-    from kbert.models.adapter_file import is_adapter_file
-
-    if os.path.isfile(args.saved_model) and (args.saved_model.endswith(".keras") or is_adapter_file(args.saved_model)):
+    path = args.saved_model
+    if os.path.isfile(path) and (path.endswith(".keras") or is_adapter_file(path)):
         return SavedModelPredictor.from_keras_model(load_task_model(args.saved_model, args.base), args.saved_model)
     if args.base is not None:
         raise ValueError(f"--base is for a LoRA adapter file (the model.adapter of `kbert train --lora-rank`); "

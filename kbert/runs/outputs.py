@@ -184,8 +184,9 @@ def write_run(out, write):
     `write(folder)` writes `model.keras` and `metrics.json` into `folder`, a
     staging folder inside `out`, and `model.adapter` for a LoRA model; they
     replace the old ones only once all are complete (an old `model.adapter`
-    goes when the new run has none). Killed before that, `out` keeps its earlier run whole, and
-    the next `start_run_folder` removes the partial files.
+    goes when the new run has none). Killed before that, `out` keeps its
+    earlier run whole, and the next `start_run_folder` removes the partial
+    files.
     """
     write_together(out, write, last=RUN_METRICS, optional=(RUN_ADAPTER,))
 
