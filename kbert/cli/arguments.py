@@ -214,7 +214,7 @@ LORA_TARGET_NAMES = ("query", "key", "value", "attention_output", "intermediate"
 def add_lora_arguments(command):
     command.add_argument("--lora-rank", type=positive_int,
                          help="fine-tune LoRA adapters of this rank (8 is usual) instead of the whole encoder: "
-                              "faster steps, far less memory; the default learning rate is then 40x")
+                              "faster steps, far less memory; the default learning rate is then 75x")
     command.add_argument("--lora-targets", type=lora_target_list,
                          help=f"with --lora-rank: the projections with adapters, comma-separated, of "
                               f"{','.join(LORA_TARGET_NAMES)}, or all (default: query,value; all learns "

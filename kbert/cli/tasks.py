@@ -85,7 +85,7 @@ def add_commands(commands):
                        help="default: 64 for short texts, 128 for pairs and NER, 384 for SQuAD")
     train.add_argument("--learning-rate", type=positive_float,
                        help="peak learning rate (default: 5e-5 for BERT-base, more for smaller "
-                            "encoders; 40x with --lora-rank)")
+                            "encoders; 75x with --lora-rank)")
     add_subset_and_seed_arguments(train, "fine-tune on a seeded random subset of this many training examples",
                                   "fixes the subset, order and weights")
     add_attention_dropout_argument(train)

@@ -119,7 +119,7 @@ class TaskModel(
             metrics: `"auto"` for the task's metrics.
             learning_rate: the peak learning rate of the `"auto"` optimizer;
                 default 5e-5 for BERT-base, more for smaller encoders, and
-                40 times that with LoRA adapters, at most 5e-3
+                75 times that with LoRA adapters, at most 5e-3
                 (`enable_lora`).
             **kwargs: `keras.Model.compile`'s other arguments. On PyTorch,
                 `jit_compile=True` compiles each Transformer block with
@@ -275,7 +275,7 @@ class TaskModel(
         task's head trains as before. A step computes no gradient for the
         frozen kernels and the optimizer keeps state for the trained
         variables alone. The model is compiled again with the task's
-        defaults, whose learning rate is LoRA's (40 times full
+        defaults, whose learning rate is LoRA's (75 times full
         fine-tuning's: `kbert.models.optimization.default_learning_rate`);
         call `compile` after this for settings of your own. `save_adapter`
         writes what was trained apart from the encoder; `kbert.export`

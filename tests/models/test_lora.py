@@ -62,8 +62,10 @@ def test_fit_trains_adapters_and_head_and_leaves_every_frozen_weight_as_it_was()
 
 
 def test_lora_learns_at_a_higher_rate():
-    assert default_learning_rate(768, lora=True) == pytest.approx(40 * default_learning_rate(768)) == 2e-3
-    assert default_learning_rate(64, lora=True) == pytest.approx(5e-3)  # 40 x 2e-4, at most 5e-3
+    base = default_learning_rate(768, lora=True)
+    assert base == pytest.approx(75 * default_learning_rate(768)) and base == pytest.approx(3.75e-3)
+    assert default_learning_rate(384, lora=True) == pytest.approx(5e-3)  # all-MiniLM-L6-v2: 75 x 7.1e-5, at most 5e-3
+    assert default_learning_rate(64, lora=True) == pytest.approx(5e-3)  # 75 x 2e-4, at most 5e-3
     model = lora_classifier()
     schedule = model.optimizer._learning_rate  # kbert's warm-up schedule (`WarmupLinearDecay`)
     assert schedule.peak_learning_rate == pytest.approx(default_learning_rate(model.encoder.hidden_dim, lora=True))
