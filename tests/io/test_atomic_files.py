@@ -133,13 +133,11 @@ def consistent(folder):
     return not metrics.exists() or json.loads(metrics.read_text())["model"] == (folder / "model.keras").read_text()
 
 
-@pytest.mark.parametrize("killed_at", [0, 1, 2, 3])
-def test_files_written_together_never_pair_across_runs_and_a_cut_publication_is_completed(tmp_path, monkeypatch,
-                                                                                      killed_at):
-    write_together(tmp_path, write_pair("old"), last="metrics.json")
+def die_at_file_step(monkeypatch, killed_at):
+    """The process "dies" (KeyboardInterrupt) at file step `killed_at` (a remove, replace or rmtree) from now on."""
     calls = []
 
-    def dies_at_step(function):  # the process dies at step `killed_at` of putting the new files in place
+    def dies_at_step(function):
         def step(*args, **kwargs):
             if len(calls) == killed_at:
                 raise KeyboardInterrupt
@@ -150,6 +148,13 @@ def test_files_written_together_never_pair_across_runs_and_a_cut_publication_is_
 
     for module, name in [(os, "remove"), (os, "replace"), (shutil, "rmtree")]:
         monkeypatch.setattr(module, name, dies_at_step(getattr(module, name)))
+
+
+@pytest.mark.parametrize("killed_at", [0, 1, 2, 3])
+def test_files_written_together_never_pair_across_runs_and_a_cut_publication_is_completed(tmp_path, monkeypatch,
+                                                                                      killed_at):
+    write_together(tmp_path, write_pair("old"), last="metrics.json")
+    die_at_file_step(monkeypatch, killed_at)
     with pytest.raises(KeyboardInterrupt):
         write_together(tmp_path, write_pair("new"), last="metrics.json")
     monkeypatch.undo()
@@ -169,19 +174,7 @@ def test_a_file_the_new_group_lacks_goes_with_the_old_group_even_when_the_public
 
     write_together(tmp_path, with_adapter, last="metrics.json", optional=["model.adapter"])
     assert (tmp_path / "model.adapter").read_text() == "old"
-    calls = []
-
-    def dies_at_step(function):
-        def step(*args, **kwargs):
-            if len(calls) == killed_at:
-                raise KeyboardInterrupt
-            calls.append(args)
-            return function(*args, **kwargs)
-
-        return step
-
-    for module, name in [(os, "remove"), (os, "replace"), (shutil, "rmtree")]:
-        monkeypatch.setattr(module, name, dies_at_step(getattr(module, name)))
+    die_at_file_step(monkeypatch, killed_at)
     with pytest.raises(KeyboardInterrupt):
         write_together(tmp_path, write_pair("new"), last="metrics.json", optional=["model.adapter"])
     monkeypatch.undo()
