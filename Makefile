@@ -29,10 +29,7 @@ demo: $(INSTALLED)
 # multiple choice; the classifier's and the embedder's run) and head
 # pruning's rebuilt models (its gradients run): all the same code as on
 # PyTorch (tests/backend compares JAX's encoder with TensorFlow's).
-# --no-loadscope-reorder: the groups go out in tests/conftest.py's order, the
-# slow ones (tutorials, runs killed and resumed) first; pytest-xdist's own
-# order, by test count, would hand out each one-test tutorial last.
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --dist loadgroup --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --dist loadgroup
 # Three workers for TensorFlow's run: TensorFlow keeps a graph of every
 # model's training step for good (about 15 MB each), and a third worker
 # splits the run's fits three ways, so no worker passes 4 GB; the

@@ -15,7 +15,6 @@ the few tests that build a gigabyte-sized model run in a process of their
 own (`OWN_PROCESS`).
 """
 
-import collections
 import ctypes
 import ctypes.util
 import gc
@@ -96,14 +95,11 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
         if item.nodeid in OWN_PROCESS and not os.environ.get(IN_OWN_PROCESS):
             run_in_own_process(item)
-    # The groups that hold a slow test go first, then the others, each part
-    # the largest groups first (pytest-xdist hands groups out in this order,
-    # with `make test`'s --no-loadscope-reorder; its default sorts them by
-    # test count alone, which puts each one-test tutorial last): a long group
-    # handed out last keeps one worker busy while the others wait.
+    # The groups that hold a slow test go first (pytest-xdist hands groups out
+    # in this order): a long group handed out last keeps one worker busy
+    # while the other waits.
     slow_groups = {xdist_group_of(item) for item in items if item.get_closest_marker("slow")}
-    sizes = collections.Counter(xdist_group_of(item) for item in items)
-    items.sort(key=lambda item: (xdist_group_of(item) not in slow_groups, -sizes[xdist_group_of(item)]))
+    items.sort(key=lambda item: xdist_group_of(item) not in slow_groups)
 
 
 def pytest_configure(config):
