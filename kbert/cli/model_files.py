@@ -16,9 +16,14 @@ def load_task_model(path, base=None):
         from kbert.checkpoints.adapter_loading import load_adapter
 
         return load_adapter(path, base=base)
-    if base is not None:
-        raise ValueError(f"--base is for a LoRA adapter file (the model.adapter of `kbert train --lora-rank`); "
-                         f"{path} is not one.")
+    check_no_base(path, base)
     from kbert.saving import load_model
 
     return load_model(path)
+
+
+def check_no_base(path, base):
+    """Refuses `--base` for `path`, a model that is not a LoRA adapter file."""
+    if base is not None:
+        raise ValueError(f"--base is for a LoRA adapter file (the model.adapter of `kbert train --lora-rank`); "
+                         f"{path} is not one.")

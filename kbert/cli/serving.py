@@ -8,7 +8,7 @@ import os
 import sys
 
 from kbert.cli.arguments import add_command, folder_of_the_out_file, positive_float, positive_int
-from kbert.cli.model_files import add_base_argument, load_task_model
+from kbert.cli.model_files import add_base_argument, check_no_base, load_task_model
 
 # The examples `kbert predict` sends to the model at a time.
 PREDICT_BATCH_SIZE = 32
@@ -149,11 +149,9 @@ def _predictor(args):
 
     path = args.saved_model
     if os.path.isfile(path) and (path.endswith(".keras") or is_adapter_file(path)):
-        return SavedModelPredictor.from_keras_model(load_task_model(args.saved_model, args.base), args.saved_model)
-    if args.base is not None:
-        raise ValueError(f"--base is for a LoRA adapter file (the model.adapter of `kbert train --lora-rank`); "
-                         f"{args.saved_model} is not one.")
-    return SavedModelPredictor(args.saved_model, trust=args.trust)
+        return SavedModelPredictor.from_keras_model(load_task_model(path, args.base), path)
+    check_no_base(path, args.base)
+    return SavedModelPredictor(path, trust=args.trust)
 
 
 # The --file extensions read as files of examples with columns; any other file holds a text a line.
