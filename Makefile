@@ -44,12 +44,25 @@ JAX_DESELECTS := tests/models/test_question_answerer.py::test_task_harness \
 	tests/models/test_tagger.py::test_task_harness tests/models/test_multiple_choice.py::test_fit_predict_save_and_tf_data \
 	tests/compression/test_head_pruning.py::test_pruned_computes_what_masked_computes \
 	tests/compression/test_head_pruning.py::test_pruned_classifier_trains_saves_and_exports
+# The three runs at once: the PyTorch and JAX runs, one worker each, fill
+# the cores that the TensorFlow run leaves idle (while its workers wait on
+# the processes its tests start, and at its start and end). Their output
+# is kept apart and printed after the TensorFlow run's.
+TENSORFLOW_RUN := $(TEST_ENV) $(PYTEST) -n 3 --durations=30 tests
+TORCH_RUN := $(TEST_ENV) KERAS_BACKEND=torch $(PYTEST) -n 1 --durations=30 -m all_backends tests
+JAX_RUN := $(TEST_ENV) KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR=$(CURDIR)/$(VENV)/jax-cache \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 $(PYTEST) -n 1 --durations=30 -m all_backends \
+	$(addprefix --ignore=,$(JAX_LEAVES_OUT)) $(addprefix --deselect=,$(JAX_DESELECTS)) tests
 test: $(INSTALLED)
-	$(TEST_ENV) $(PYTEST) -n 3 --durations=30 tests
-	$(TEST_ENV) KERAS_BACKEND=torch $(PYTEST) -n 2 --durations=30 -m all_backends tests
-	$(TEST_ENV) KERAS_BACKEND=jax JAX_COMPILATION_CACHE_DIR=$(CURDIR)/$(VENV)/jax-cache \
-		JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 $(PYTEST) -n 2 --durations=30 -m all_backends \
-		$(addprefix --ignore=,$(JAX_LEAVES_OUT)) $(addprefix --deselect=,$(JAX_DESELECTS)) tests
+	@logs=$$(mktemp -d); failed=""; \
+	$(TORCH_RUN) > $$logs/torch 2>&1 & torch=$$!; \
+	$(JAX_RUN) > $$logs/jax 2>&1 & jax=$$!; \
+	trap 'kill $$torch $$jax 2>/dev/null; rm -rf $$logs; exit 130' INT TERM; \
+	$(TENSORFLOW_RUN) || failed="$$failed tensorflow"; \
+	wait $$torch || failed="$$failed torch"; \
+	wait $$jax || failed="$$failed jax"; \
+	for run in torch jax; do echo "=== the $$run run"; cat $$logs/$$run; done; rm -rf $$logs; \
+	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi
 
 # The peers of benchmarks/quality.py (PyTorch, transformers), apart from kbert's environment.
 peer-venv: benchmarks/requirements.txt
