@@ -31,16 +31,16 @@ def dot_product_attention(query, key, value, padding_mask, dropout, training):
     says only "the first n tokens": where a batch's padding mask is not
     every row's tokens followed by its padding (kbert's preprocessors pack
     them so, a user's masks need not), XLA's kernel runs on that batch with
-    the mask itself (`attend_by_lengths`). Elsewhere XLA's attention runs,
-    with the padding mask. Neither drops out attention probabilities (JAX
+    the mask itself (`attend_by_lengths`). Elsewhere, and for the attention
+    masks of packed rows, XLA's attention runs with the mask. Neither drops out attention probabilities (JAX
     has no public kernel that does), so a training step with attention
     dropout computes attention explicitly (`portable.explicit_attention`).
     """
     if training and dropout.rate > 0:
         return None
-    if _cudnn_applies(query):
+    if _cudnn_applies(query) and (padding_mask is None or len(padding_mask.shape) == 2):
         return attend_by_lengths(query, key, value, padding_mask, _cudnn_attention)
-    mask = None if padding_mask is None else padding_mask.astype("bool")[:, None, None, :]
+    mask = None if padding_mask is None else portable.over_scores(padding_mask.astype("bool"))
     return jax.nn.dot_product_attention(query, key, value, mask=mask)
 
 

@@ -27,6 +27,11 @@ def is_token_ids(x):
     return type(x).__module__.startswith("torch.utils.data")
 
 
+def is_packed(inputs):
+    """Whether model inputs (a dict) are a packed batch, several examples to a row (`kbert.preprocessing.packing`)."""
+    return isinstance(inputs, collections.abc.Mapping) and "cls_positions" in inputs
+
+
 def known_steps(x, batch_size):
     """Batches per epoch of a dataset, of arrays or of a sized iterable of batches; `None` when unknown."""
     if is_tf_dataset(x):

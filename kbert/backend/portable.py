@@ -19,9 +19,11 @@ LARGE_NEGATIVE = {"float16": -3e4}
 def transformer_block(block, inputs, padding_mask, training, return_attention_scores, attend):
     """`block`'s output (and attention probabilities): see `kbert.backend.transformer_block`.
 
-    `attend(query, key, value, padding_mask, dropout, training)` computes
-    attention on `(batch, sequence, heads, head_dim)` tensors with the
-    backend's kernel, where `dropout` is the attention's `keras.layers.Dropout`;
+    `padding_mask` is `(batch, key)`, 1 on tokens, or an attention mask
+    `(batch, query, key)`, 1 where a query may attend a key (packed rows:
+    `kbert.preprocessing.packing`). `attend(query, key, value, padding_mask,
+    dropout, training)` computes attention on `(batch, sequence, heads,
+    head_dim)` tensors with the backend's kernel, where `dropout` is the attention's `keras.layers.Dropout`;
     it returns None where that kernel does not apply, and
     `explicit_attention` runs instead.
     """
@@ -103,11 +105,16 @@ def explicit_attention(query, key, value, padding_mask, dropout, training):
     value = ops.transpose(value, (0, 2, 1, 3))
     scores = ops.matmul(query, key) * ops.cast(1.0 / math.sqrt(head_dim), query.dtype)
     if padding_mask is not None:
-        blocked = 1.0 - ops.cast(padding_mask, scores.dtype)[:, None, None, :]
+        blocked = 1.0 - ops.cast(over_scores(padding_mask), scores.dtype)
         scores = scores + blocked * LARGE_NEGATIVE.get(keras.backend.standardize_dtype(scores.dtype), -1e9)
     probabilities = ops.softmax(scores, axis=-1)
     context = ops.matmul(dropout(probabilities, training=training), value)
     return ops.transpose(context, (0, 2, 1, 3)), probabilities
+
+
+def over_scores(mask):
+    """A padding mask `(batch, key)` or an attention mask `(batch, query, key)`, broadcast over `(batch, heads, query, key)`."""
+    return mask[:, None, None, :] if len(mask.shape) == 2 else mask[:, None, :, :]
 
 
 def random_state():

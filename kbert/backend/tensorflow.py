@@ -11,7 +11,7 @@ from kbert.backend.portable import (  # noqa: F401 (the seam's)
     restore_random_state,
 )
 # LoRA adapters' updates go beside the frozen kernels' matmuls: no kernel gradient is asked for.
-from kbert.backend.portable import with_lora_update
+from kbert.backend.portable import over_scores, with_lora_update
 
 # Keras' step is a `tf.function` that takes batches of any width without retracing.
 COMPILES_EACH_SHAPE = False
@@ -62,8 +62,9 @@ def transformer_block(block, inputs, padding_mask=None, training=None, return_at
 
     scores = tf.matmul(query, key, transpose_b=True) * tf.cast(1.0 / math.sqrt(head_dim), query.dtype)
     if padding_mask is not None:
-        # Keys on padding get a large negative score: zero probability.
-        blocked = 1.0 - tf.cast(padding_mask, scores.dtype)[:, None, None, :]
+        # Keys on padding (or of another example of a packed row) get a
+        # large negative score: zero probability.
+        blocked = 1.0 - tf.cast(over_scores(padding_mask), scores.dtype)
         scores = scores + blocked * _large_negative(scores.dtype)
     probabilities = tf.nn.softmax(scores, axis=-1)
     dropped = block.attention_probabilities_dropout(probabilities, training=training)

@@ -32,7 +32,7 @@ def dot_product_attention(query, key, value, padding_mask, dropout, training):
     rate = float(dropout.rate) if training else 0.0
     if rate > 0 and not _drops_out_with_the_global_generator(dropout):
         return None
-    mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
+    mask = None if padding_mask is None else portable.over_scores(padding_mask.bool())
     context = torch.nn.functional.scaled_dot_product_attention(
         query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=mask, dropout_p=rate
     )
@@ -138,7 +138,7 @@ def block_math(inputs, padding_mask, weights, settings):
     bias = torch.cat([b.reshape(width) for b in (query_bias, key_bias, value_bias)])
     qkv = torch.addmm(bias.to(dtype), inputs.reshape(-1, hidden_dim), kernel.to(dtype))
     query, key, value = qkv.view(batch_size, length, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-    mask = None if padding_mask is None else padding_mask.bool()[:, None, None, :]
+    mask = None if padding_mask is None else portable.over_scores(padding_mask.bool())
     context = functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=attention_rate)
     context = context.transpose(1, 2).reshape(-1, width)
     attended = torch.addmm(output_bias.to(dtype), context, output_kernel.reshape(width, hidden_dim).to(dtype))

@@ -97,6 +97,14 @@ class Classifier(TaskModel):
         self._class_names = None if class_names is None else list(class_names)
         self.compile()
 
+    def packed_call(self, inputs, training=None):
+        """Logits `(examples, num_classes)` for a packed batch: each example's `[CLS]` vector, pooled."""
+        sequence = self.encoder.packed_sequence_output(inputs, training=training)
+        first_tokens = keras.ops.take(keras.ops.reshape(sequence, (-1, sequence.shape[-1])),
+                                      inputs["cls_positions"], axis=0)
+        pooled = self.encoder.pooler_dense(first_tokens)
+        return self.output_dense(self.output_dropout(pooled, training=training))
+
     @property
     def problem_type(self):
         """"single_label" (softmax over classes), "multi_label" (a sigmoid per label) or "regression"."""

@@ -38,6 +38,18 @@ def bert_initializer():
     return keras.initializers.TruncatedNormal(stddev=0.02)
 
 
+def packed_attention_mask(example_ids):
+    """Which keys each query attends in packed rows: `(rows, query, key)`, 1 within the query's own example.
+
+    A padding query (id 0) attends every key of its row: its output is never
+    read, and a query with no key at all would make some kernels' softmax
+    NaN, whose gradient would reach the weights.
+    """
+    ids = keras.ops.convert_to_tensor(example_ids)
+    same = keras.ops.equal(ids[:, :, None], ids[:, None, :])
+    return keras.ops.cast(keras.ops.logical_or(same, keras.ops.equal(ids, 0)[:, :, None]), "int32")
+
+
 @keras.saving.register_keras_serializable(package="kbert")
 class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, EncoderLora, keras.Model):
     """BERT's bidirectional Transformer encoder (Devlin et al., 2019).
@@ -292,15 +304,34 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, EncoderLora,
         """Whether some layer has fewer than `num_heads` attention heads (see `heads_per_layer`)."""
         return self.heads_per_layer is not None and any(k != self.num_heads for k in self.heads_per_layer)
 
-    def embed(self, token_ids, segment_ids, training=None):
-        """The first Transformer block's input: summed embeddings, normalised, dropped out, projected."""
+    def embed(self, token_ids, segment_ids, training=None, position_ids=None):
+        """The first Transformer block's input: summed embeddings, normalised, dropped out, projected.
+
+        Positions are 0, 1, ... along each row, or `position_ids` where given
+        (the examples of a packed row each start at 0).
+        """
         tokens = self.token_embedding(token_ids)
-        positions = self.position_embedding(tokens)
+        positions = self.position_embedding(tokens, positions=position_ids)
         segments = self.segment_embedding(segment_ids)
         x = self.embeddings_add([tokens, positions, segments])
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)
+        return x
+
+    def packed_sequence_output(self, inputs, training=None):
+        """The last block's output `(rows, width, hidden_dim)` for a packed batch (`kbert.preprocessing.packing`).
+
+        Each example of a row is embedded at its own positions and attends
+        only to its own tokens (`packed_attention_mask`), so its vectors are
+        those it gets alone in a row of its own.
+        """
+        x = self.embed(inputs["token_ids"], inputs["segment_ids"], training=training,
+                       position_ids=inputs["position_ids"])
+        mask = packed_attention_mask(inputs["example_ids"])
+        for blocks in self.layer_blocks:
+            for layer in blocks:
+                x = layer(x, attention_mask=mask, training=training)
         return x
 
     @property

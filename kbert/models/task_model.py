@@ -7,7 +7,7 @@ import numpy as np
 
 from kbert.backend import LayersBeforeInit, UntrackedStepState, compile_transformer_blocks
 from kbert.backend.distribute import MultiWorkerFit, agreed_seed, is_multi_worker, model_strategy
-from kbert.backend.model_inputs import is_token_ids, known_steps, one_iterator
+from kbert.backend.model_inputs import is_packed, is_token_ids, known_steps, one_iterator
 from kbert.backend.tensorflow_support import is_tf_dataset, require_tensorflow
 from kbert.compression.keep_sparsity import with_sparsity_kept
 from kbert.io.atomic_files import SavesAtomically
@@ -108,6 +108,17 @@ class TaskModel(
     def text_pairs(self, value):
         self._raw_input_preprocessor().text_pairs = None if value is None else bool(value)
 
+    def call(self, inputs, training=None, mask=None):
+        # A packed batch (several examples to a row) takes the task's own
+        # forward pass; its outputs are one per example, as unpacked.
+        if is_packed(inputs):
+            return self.packed_call(inputs, training=training)
+        return super().call(inputs, training=training, mask=mask)
+
+    def packed_call(self, inputs, training=None):
+        """The model's outputs, one per example, for a packed batch (`kbert.preprocessing.packing`)."""
+        raise ValueError(f"A {type(self).__name__} does not train on packed batches; fit it with packing=False.")
+
     def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None, **kwargs):
         """Compiles with BERT's fine-tuning defaults; any argument overrides them.
 
@@ -159,12 +170,20 @@ class TaskModel(
         shuffle=True,
         steps_per_epoch=None,
         initial_epoch=0,
+        packing=False,
         **kwargs,
     ):
+        """Keras' `fit`, on raw inputs too; `packing=True` packs several examples to a row (classification).
+
+        Packed batches (`kbert.data.task_dataset`) hold `batch_size`
+        examples each, as unpacked ones do, with less padding to compute:
+        the same steps, losses and metrics, each example computed as if it
+        were alone.
+        """
         if is_token_ids(x):
             data = dict(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, shuffle=shuffle)
         else:
-            dataset = self.training_dataset(x, y, sample_weight, batch_size, shuffle=shuffle)
+            dataset = self.training_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, packing=packing)
             data = dict(x=dataset, shuffle=False)  # `task_dataset` shuffles the examples itself.
         if validation_data is not None:
             validation_data = self._validation_dataset(validation_data, batch_size)
@@ -184,7 +203,7 @@ class TaskModel(
             **kwargs,
         )
 
-    def training_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=True):
+    def training_dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=True, packing=False):
         """The batches `fit` trains on: `kbert.data.task_dataset` of the inputs.
 
         Under several workers every worker shuffles with the chief's seed, so
@@ -192,7 +211,7 @@ class TaskModel(
         """
         strategy = model_strategy(self)
         seed = agreed_seed(strategy) if shuffle and is_multi_worker(strategy) else None
-        return self._task_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, seed=seed)
+        return self._task_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, seed=seed, packing=packing)
 
     def _task_dataset(self, x, y=None, sample_weight=None, batch_size=None, **kwargs):
         """`kbert.data.task_dataset` of raw inputs (TensorFlow, and this model's preprocessor)."""
@@ -216,10 +235,11 @@ class TaskModel(
             )
         return self.preprocessor
 
-    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, packing=False, **kwargs):
+        """Keras' `evaluate`, on raw inputs too; `packing=True` packs several examples to a row (see `fit`)."""
         if is_token_ids(x):
             return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
-        dataset, kwargs["steps"] = one_iterator(self._task_dataset(x, y, sample_weight, batch_size),
+        dataset, kwargs["steps"] = one_iterator(self._task_dataset(x, y, sample_weight, batch_size, packing=packing),
                                                 kwargs.get("steps"))
         return super().evaluate(dataset, **kwargs)
 

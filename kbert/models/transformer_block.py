@@ -180,14 +180,18 @@ class TransformerBlock(KeepsLoraFrozen, keras.layers.Layer):
         layer.build(inputs_shape)
         return layer
 
-    def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False):
+    def call(self, inputs, padding_mask=None, training=None, return_attention_scores=False, attention_mask=None):
         """The block's output `(batch, sequence, hidden_dim)`; with `return_attention_scores`, `(output, probabilities)`.
 
         `padding_mask` `(batch, sequence)` is 1 (True) on tokens and 0 on
-        padding: no token attends to padding. The probabilities are
-        `(batch, heads, query, key)`, before dropout.
+        padding: no token attends to padding. `attention_mask` `(batch,
+        query, key)`, where given, says instead which keys each query
+        attends (1) and which it does not (0): the examples of a packed row
+        attend each to itself. The probabilities are `(batch, heads, query,
+        key)`, before dropout.
         """
-        return transformer_block(self, inputs, padding_mask=padding_mask, training=training,
+        mask = padding_mask if attention_mask is None else attention_mask
+        return transformer_block(self, inputs, padding_mask=mask, training=training,
                                  return_attention_scores=return_attention_scores)
 
     def compute_output_shape(self, inputs_shape):

@@ -52,6 +52,8 @@ class ClassifierPreprocessor(TaskPreprocessor):
     [b'pos']
     """
 
+    packs_examples = True
+
     def __init__(self, packer, num_classes, class_names=None, text_pairs=None, problem_type="single_label",
                  thresholds=None, **kwargs):
         super().__init__(packer, text_pairs=text_pairs, **kwargs)

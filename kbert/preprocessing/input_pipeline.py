@@ -6,6 +6,7 @@ import weakref
 import tensorflow as tf
 
 from kbert.backend import COMPILES_EACH_SHAPE
+from kbert.preprocessing.packing import pack_batch
 
 DEFAULT_BATCH_SIZE = 32
 # Training batches are cut from groups of this many batches sorted by length
@@ -16,7 +17,7 @@ PAD_TO_MULTIPLE = 8
 
 
 def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, shuffle=False,
-                 seed=None):
+                 seed=None, packing=False):
     """What a task model's `fit`, `evaluate` and `predict` run on: a `tf.data.Dataset` of batches.
 
     The task preprocessor says what its raw examples are and how a batch of
@@ -38,6 +39,12 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
        `padded_length`; for tasks whose outputs do not depend on padding),
        and prefetched.
 
+    With `packing=True` (classification), each batch of `batch_size`
+    examples is packed instead: several examples share a row of up to
+    `sequence_length` tokens, and the model computes each one as if it were
+    alone (`kbert.preprocessing.packing`). Batches are then not grouped by
+    length: packing leaves little padding without it.
+
     Under a `tf.distribute` strategy of several workers, each worker takes
     its part of every batch (data sharding): all workers must read the same
     batches, so they shuffle with the same `seed`.
@@ -55,6 +62,8 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
         shuffle: shuffle every epoch, with length grouping (training).
         seed: the shuffles' seed (each epoch still gets its own order);
             `None` for TensorFlow's.
+        packing: pack each batch's examples into shared rows (training and
+            evaluation; `predict` keeps one row per example).
 
     Returns:
         A `tf.data.Dataset` of `inputs` or `(inputs, targets)` or
@@ -70,17 +79,21 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
     (TensorShape([2, 8]), [1, 0])
     """
     batch_size = batch_size or preprocessor.default_batch_size
+    if packing and not preprocessor.packs_examples:
+        raise ValueError(f"packing=True: a {type(preprocessor).__name__}'s examples are not packed (packing is "
+                         "for classification); train with packing=False.")
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
             raise ValueError("With a tf.data.Dataset, put the targets in the dataset, not in `y`.")
         if is_preprocessed(x.element_spec):
             return x  # Keras' own evaluate inside fit, for one.
-        return _model_input_batches(preprocessor, preprocessor.batch_dataset(x, batch_size), batch_size)
+        return _model_input_batches(preprocessor, preprocessor.batch_dataset(x, batch_size), batch_size,
+                                    packing=packing)
     examples = preprocessor.examples(x, y, sample_weight)
-    return examples_dataset(preprocessor, examples, batch_size, shuffle=shuffle, seed=seed)
+    return examples_dataset(preprocessor, examples, batch_size, shuffle=shuffle, seed=seed, packing=packing)
 
 
-def examples_dataset(preprocessor, examples, batch_size=None, shuffle=False, seed=None):
+def examples_dataset(preprocessor, examples, batch_size=None, shuffle=False, seed=None, packing=False):
     """Steps 2 to 4 of `task_dataset`, on examples checked already: batches of model inputs.
 
     `examples` are `Examples` as a task preprocessor's `examples` gives
@@ -97,19 +110,23 @@ def examples_dataset(preprocessor, examples, batch_size=None, shuffle=False, see
     dataset = tf.data.Dataset.from_tensor_slices(examples.tensors)
     if shuffle:
         dataset = dataset.shuffle(examples.count, seed=seed, reshuffle_each_iteration=True)
-    group_by_length = shuffle and preprocessor.pads_to_longest
+    group_by_length = shuffle and preprocessor.pads_to_longest and not packing
     group_size = batch_size * (LENGTH_GROUP_BATCHES if group_by_length else 1)
     batches = dataset.ragged_batch(group_size) if examples.ragged else dataset.batch(group_size)
     if group_by_length:
         batches = sort_into_batches(batches, preprocessor.example_lengths, batch_size)
-    return _model_input_batches(preprocessor, batches, batch_size, examples, group_by_length, seed)
+    return _model_input_batches(preprocessor, batches, batch_size, examples, group_by_length, seed, packing)
 
 
 def _model_input_batches(preprocessor, batches, batch_size, examples=None, group_by_length=False,
-                         seed=None):
-    """Batches of raw examples through the forward step, padded, counted and prefetched."""
+                         seed=None, packing=False):
+    """Batches of raw examples through the forward step, padded (or packed), counted and prefetched."""
 
     mapped = batches.map(forward_function(preprocessor), num_parallel_calls=tf.data.AUTOTUNE)
+    if packing:
+        width = preprocessor.packer.sequence_length
+        mapped = mapped.map(lambda *batch: pack_batch(*batch, max_width=width),
+                            num_parallel_calls=tf.data.AUTOTUNE)
     if examples is not None and examples.output_count != examples.count:
         # One example gave several (question windows): re-batch what it gave.
         mapped = mapped.unbatch().batch(batch_size)

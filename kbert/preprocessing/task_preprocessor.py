@@ -66,6 +66,9 @@ class TaskPreprocessor(PreprocessingLayer):
     # Whether outputs do not depend on how much padding follows the text, so
     # batches are padded only to their longest example.
     pads_to_longest = True
+    # Whether batches may be packed, several examples to a row (one target
+    # per example, a model with a packed forward pass: classification).
+    packs_examples = False
 
     def __init__(self, packer, text_pairs=None, **kwargs):
         super().__init__(**kwargs)

@@ -203,6 +203,9 @@ def fine_tune(task, out, settings=None, **options):
     name, info = recipe(task)
     if name == FILES and settings.source != "local":
         raise SettingError("A run on files reads them; `source` is for the named data sets.", ["source"])
+    if settings.packing and info.builder != "classifier":
+        raise SettingError(f"`packing` packs the examples of a classifier; a {info.builder.replace('_', ' ')} "
+                           "trains one example to a row: drop `packing`.", ["packing"])
     os.makedirs(out, exist_ok=True)
     if is_chief():
         clean_run_folder(out)  # what a killed run left (`kbert train` has done so already)
@@ -223,6 +226,7 @@ def fine_tune(task, out, settings=None, **options):
     start = time.time()
     history = model.fit(
         x, y, epochs=epochs, batch_size=settings.batch_size, callbacks=callbacks, verbose=settings.verbose,
+        **({"packing": True} if settings.packing else {}),
         # SQuAD's records hold their answers: no separate targets.
         validation_data=validation_x if validation_y is None else (validation_x, validation_y),
     )
@@ -269,6 +273,7 @@ def _settings_record(task, settings, model, epochs):
     if name == FILES:
         record["train_file"] = task.train.path
     record["attention_dropout"] = model.encoder.attention_dropout
+    record["packing"] = settings.packing
     lora = model.encoder.lora or {}
     record.update({"lora_rank": lora.get("rank"), "lora_alpha": lora.get("alpha"),
                    "lora_targets": ",".join(lora["targets"]) if lora else None})

@@ -31,6 +31,8 @@ class FineTuningSettings(RunSettings):
             value); with `lora_rank` only.
         lora_alpha: the adapters' scale is `lora_alpha / lora_rank`
             (default `lora_rank`); with `lora_rank` only.
+        packing: pack several examples into each row of a batch
+            (`kbert.data.task_dataset`); classification only.
 
     Example:
     >>> settings = FineTuningSettings(encoder="mini", epochs=2)
@@ -52,6 +54,7 @@ class FineTuningSettings(RunSettings):
     lora_rank: int | None = None
     lora_targets: tuple | None = None
     lora_alpha: float | None = None
+    packing: bool = False
 
     def __post_init__(self):
         super().__post_init__()

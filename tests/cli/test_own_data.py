@@ -9,6 +9,7 @@ import pytest
 
 import kbert
 from kbert import cli
+from tests.test_case import cli_refusal
 
 SPAM = ["WIN a free prize, call now!", "URGENT: your account\nclaim the cash", 'Click "here" for a free gift']
 HAM = ["see you at 5, ok?", "Lunch tomorrow?\nI'll bring the cake", 'She said "thanks" twice']
@@ -108,9 +109,10 @@ def test_a_headerless_tsv_with_stray_quotes_and_its_own_class_order_trains_evalu
     train.write_text("\n".join(lines) + "\n")
     out = tmp_path / "run"
     assert cli.main(["train", "--train", str(train), "--labels", "spam,ham", "--validation-split", "0.2",
-                     "--out", str(out), *SMALL]) == 0
+                     "--packing", "--out", str(out), *SMALL]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["classes"] == ["spam", "ham"] and metrics["split"] == "validation"
+    assert metrics["settings"]["packing"] is True
     assert metrics["data"]["files"]["train"]["rows"] + metrics["examples"] == 30
     assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train), "--out", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text())["examples"] == 30
@@ -145,6 +147,8 @@ def test_a_two_column_conll_file_with_its_own_tags_trains_evaluates_and_predicts
     bioes.write_text(sentence.replace("B-DRUG", "S-DRUG").replace("I-PER", "E-PER").replace("I-DOSE", "E-DOSE")
                      .replace("B-FREQ", "S-FREQ") + "\n")
     out = tmp_path / "run"
+    assert cli_refusal(capsys, "train", "--train", str(train), "--packing", "--out", str(out)) == (
+        "--packing packs the examples of a classifier; a tagger trains one example to a row: drop --packing.")
     assert cli.main(["train", "--train", str(train), "--test", str(bioes), "--out", str(out), *SMALL]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["task_type"] == "tagging" and metrics["examples"] == 1

@@ -1,0 +1,145 @@
+"""Packed fine-tuning batches against kbert's length-grouped ones: epoch time and dev score.
+
+all-MiniLM-L6-v2 fine-tuned as a classifier on a seeded subset of a task's
+training split, the same examples and seeds both ways:
+
+- `grouped`: `fit` as kbert batches by default (examples grouped by length
+  within 50 batches, each batch cut to its longest example);
+- `packed`: `fit(..., packing=True)`: each batch's examples packed into
+  rows of up to the sequence length, each computed as if alone
+  (`kbert.preprocessing.packing`).
+
+Each run is a process of its own on the backend asked for. An epoch's wall
+time is taken by a callback; the table gives the mean of the epochs after
+the first (which traces or compiles the step) and the whole dev split's
+score after the last epoch. The machine's float32 matmul peak is measured
+in the same run. Writes `benchmarks/results/packing.json`.
+
+    .venv/bin/python benchmarks/packing.py                                   # SST-2 and MRPC, 3 seeds, TensorFlow
+    .venv/bin/python benchmarks/packing.py --backends jax torch --seeds 0    # the other backends' speed
+    .venv/bin/python benchmarks/packing.py --tasks sst2 --max-examples 256 --epochs 2 --seeds 0   # a quick look
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from timing import cpu_model, write_json
+
+RESULTS = Path(__file__).parent / "results"
+BACKENDS = ("tensorflow", "jax", "torch")
+TASKS = {"sst2": {"max_examples": 2000, "sequence_length": 64}, "mrpc": {"max_examples": 1500, "sequence_length": 128}}
+WAYS = ("grouped", "packed")
+
+
+def run_worker(task, way, seed, max_examples, epochs, sequence_length):
+    """In a fresh process on KERAS_BACKEND: epoch times and the dev score of one fine-tuning run."""
+    import keras
+
+    import kbert
+    from kbert.runs.fine_tuning import load_split, sample_examples
+
+    x, y = sample_examples(*load_split(task, "train"), max_examples, seed)
+    dev_x, dev_y = load_split(task, "dev")
+    keras.utils.set_random_seed(seed)
+    model = kbert.classifier("all-minilm-l6-v2", num_classes=2, sequence_length=sequence_length)
+    times = []
+
+    class EpochTimes(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    model.fit(x, y, epochs=epochs, batch_size=32, verbose=0, callbacks=[EpochTimes()],
+              **({"packing": True} if way == "packed" else {}))
+    report = model.evaluate_report(dev_x, dev_y)
+    metric = "f1" if task == "mrpc" else "accuracy"
+    return {"epoch_seconds": times, "dev_score": report[metric], "metric": metric, "examples": len(y)}
+
+
+def peak_worker():
+    """In a fresh process: the machine's float32 matmul peak (GFLOP/s), measured with TensorFlow."""
+    import tensorflow as tf
+
+    from timing import matmul_gflops
+
+    return matmul_gflops(tf, 2048, 768, tf.float32)
+
+
+def in_process(backend, function, *arguments):
+    environment = {**os.environ, "KERAS_BACKEND": backend}
+    result = subprocess.run([sys.executable, __file__, "--worker", function, json.dumps(arguments)],
+                            env=environment, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{function}{arguments} on {backend} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=["tensorflow"])
+    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS, reverse=True))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--max-examples", type=int, help="default: 2,000 for SST-2, 1,500 for MRPC")
+    parser.add_argument("--out", type=Path, default=RESULTS / "packing.json")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(globals()[args.worker](*json.loads(args.arguments))))
+        return
+
+    report = {"command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(),
+              "cores": os.cpu_count(), "matmul_peak_gflops": in_process("tensorflow", "peak_worker"),
+              "epochs": args.epochs, "batch_size": 32, "runs": []}
+    for backend in args.backends:
+        for task in args.tasks:
+            budget = TASKS[task]
+            examples = args.max_examples or budget["max_examples"]
+            for seed in args.seeds:
+                for way in WAYS:
+                    run = in_process(backend, "run_worker", task, way, seed, examples, args.epochs,
+                                     budget["sequence_length"])
+                    report["runs"].append({"backend": backend, "task": task, "way": way, "seed": seed, **run})
+                    write_json(args.out, report)
+                    print(f"{backend} {task} seed {seed} {way}: epochs {[round(t, 1) for t in run['epoch_seconds']]} s, "
+                          f"dev {run['metric']} {run['dev_score']:.4f}", flush=True)
+    report["table"] = table(report["runs"])
+    write_json(args.out, report)
+    print(f"\n{report['cpu']}, {report['cores']} cores; float32 matmul peak "
+          f"{report['matmul_peak_gflops']['matmul']:.0f} GFLOP/s; {report['date']}")
+    print(f"{'backend':<11} {'task':<5} {'way':<8} {'epoch s':>8} {'speed-up':>8} {'dev score':>16}")
+    for row in report["table"]:
+        print(f"{row['backend']:<11} {row['task']:<5} {row['way']:<8} {row['epoch_seconds']:8.1f} "
+              f"{row['speed_up']:8.2f} {row['dev_mean']:9.4f} ± {row['dev_half_range']:.4f}")
+
+
+def table(runs):
+    """Per backend, task and way: the steady epoch time (epochs after the first), its speed-up, the dev score's mean ± half range."""
+    rows = []
+    for backend, task in dict.fromkeys((run["backend"], run["task"]) for run in runs):
+        grouped_seconds = None
+        for way in WAYS:
+            mine = [run for run in runs if (run["backend"], run["task"], run["way"]) == (backend, task, way)]
+            if not mine:
+                continue
+            seconds = statistics.mean(statistics.mean(run["epoch_seconds"][1:] or run["epoch_seconds"])
+                                      for run in mine)
+            grouped_seconds = grouped_seconds or seconds
+            scores = [run["dev_score"] for run in mine]
+            rows.append({"backend": backend, "task": task, "way": way, "epoch_seconds": seconds,
+                         "speed_up": grouped_seconds / seconds, "dev_mean": statistics.mean(scores),
+                         "dev_half_range": (max(scores) - min(scores)) / 2, "seeds": len(mine)})
+    return rows
+
+
+if __name__ == "__main__":
+    main()

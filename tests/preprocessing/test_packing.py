@@ -1,0 +1,102 @@
+"""Packed batches: several examples to a row, each computed as if it were alone."""
+
+import keras
+import numpy as np
+import pytest
+
+import kbert
+from kbert.backend import gradient_function
+from kbert.preprocessing.packing import pack_arrays, place_examples, row_width
+from tests.test_case import TINY_VOCABULARY, numpy, tiny_classifier
+
+# Texts and pairs of several lengths; the last is cut to the sequence length
+# (16) and fills a row of its own.
+TEXTS = ["a good film", "the cat sat on the mat", "bad", "free prize now !", "see you soon", "good",
+         "the dog sat on the mat and the cat sat on the dog and a film now"]
+PAIRS = (["the cat", "a film", "free prize", "the dog sat on the mat and the cat sat on the dog and a film", "bad",
+          "see you"],
+         ["sat on the mat", "good", "now !", "sat", "film", "soon"])
+
+
+def test_examples_go_best_fit_longest_first():
+    rows, offsets, count = place_examples([5, 3, 7, 2, 1], width=8)
+    # 7 opens row 0, 5 row 1, 3 fills row 1, 2 opens row 2 (row 0 has 1 left), 1 fills row 0.
+    assert count == 3
+    assert rows.tolist() == [1, 1, 0, 2, 0]
+    assert offsets.tolist() == [0, 5, 0, 0, 7]
+    with pytest.raises(ValueError, match="An example of 9 tokens does not fit a row of 8"):
+        place_examples([9], width=8)
+
+
+def test_rows_are_as_wide_as_the_tokens_need_and_jax_gets_few_shapes():
+    lengths = [3, 2, 4]
+    ids = np.zeros((3, 8), "int32")
+    mask = (np.arange(8) < np.array(lengths)[:, None]).astype("int32")
+    packed = pack_arrays(ids + 7, ids, mask, max_width=64, compiles_each_shape=False)
+    assert packed["token_ids"].shape == (1, 16)  # 9 tokens: one row, rounded up to 16
+    assert packed["example_ids"][0].tolist() == [3] * 4 + [1] * 3 + [2] * 2 + [0] * 7
+    assert packed["position_ids"][0, :9].tolist() == [0, 1, 2, 3, 0, 1, 2, 0, 1]
+    assert packed["cls_positions"].tolist() == [4, 7, 0]  # in the examples' order
+    assert (packed["padding_mask"] == (packed["example_ids"] > 0)).all()
+    narrow = pack_arrays(ids + 7, ids, mask, max_width=4, compiles_each_shape=True)
+    assert narrow["token_ids"].shape == (4, 4)  # three rows of 4, rounded up to a power of two
+    assert not narrow["padding_mask"][3].any()
+    assert row_width(9, compiles_each_shape=True) == 16 and row_width(3, compiles_each_shape=True) == 8
+
+
+@pytest.mark.all_backends
+@pytest.mark.parametrize("inputs", [TEXTS, PAIRS], ids=["texts", "pairs"])
+def test_a_packed_batch_computes_each_example_as_alone_outputs_and_gradients(inputs):
+    keras.utils.set_random_seed(0)
+    model = tiny_classifier(sequence_length=16, dropout=0.0)
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(scale=0.2, size=w.shape).astype("float32") for w in model.get_weights()])
+    labels = np.arange(len(inputs[0] if isinstance(inputs, tuple) else inputs)) % 2
+    (unpacked, _), = list(kbert.data.task_dataset(model.preprocessor, inputs, labels, batch_size=16))
+    (packed, packed_labels), = list(kbert.data.task_dataset(model.preprocessor, inputs, labels, batch_size=16,
+                                                           packing=True))
+    rows = numpy(packed["token_ids"]).shape[0]
+    assert rows < len(labels) and (numpy(packed_labels) == labels).all()
+    assert numpy(unpacked["padding_mask"]).sum() == numpy(packed["padding_mask"]).sum()  # every token, once
+
+    # Every token's vector, as each example alone in a row of its own (unpacked) computes it.
+    tokens = numpy(model.encoder.packed_sequence_output(packed)).reshape(-1, model.encoder.hidden_dim)
+    alone = numpy(model.encoder(unpacked)["sequence_output"])
+    for i, start in enumerate(numpy(packed["cls_positions"])):
+        length = int(numpy(unpacked["padding_mask"])[i].sum())
+        np.testing.assert_allclose(tokens[start:start + length], alone[i, :length], atol=1e-5)
+
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    np.testing.assert_allclose(numpy(model(packed)), numpy(model(unpacked)), atol=1e-5)
+    gradients = [
+        gradient_function(lambda x=x: loss(labels, model(x, training=True)), model.trainable_variables)()
+        for x in (unpacked, packed)
+    ]
+    for variable, from_unpacked, from_packed in zip(model.trainable_variables, *gradients):
+        np.testing.assert_allclose(numpy(from_packed), numpy(from_unpacked), atol=1e-5, err_msg=variable.path)
+
+
+@pytest.mark.all_backends
+def test_packed_fit_and_evaluate_mean_what_they_mean_unpacked():
+    keras.utils.set_random_seed(0)
+    model = tiny_classifier(sequence_length=16, dropout=0.0)
+    weights = np.linspace(0.5, 2.0, len(TEXTS))
+    labels = [1, 0, 0, 1, 1, 1, 0]
+    history = model.fit(TEXTS, labels, batch_size=4, epochs=2, verbose=0, packing=True)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+    assert int(numpy(model.optimizer.iterations)) == 4  # batch_size examples per step, as unpacked
+    # Weighted loss and accuracy over the same examples, whatever rows they share.
+    unpacked = model.evaluate(TEXTS, labels, sample_weight=weights, batch_size=4, verbose=0, return_dict=True)
+    packed = model.evaluate(TEXTS, labels, sample_weight=weights, batch_size=4, verbose=0, return_dict=True,
+                            packing=True)
+    assert packed == pytest.approx(unpacked, abs=1e-5)
+
+
+def test_tasks_that_do_not_pack_say_so():
+    tagger = kbert.tagger("tiny", labels=["O", "B-X"], vocabulary=TINY_VOCABULARY, sequence_length=8,
+                          num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    with pytest.raises(ValueError, match=r"^packing=True: a TaggerPreprocessor's examples are not packed"):
+        kbert.data.task_dataset(tagger.preprocessor, [["the", "cat"]], [["O", "B-X"]], packing=True)
+    with pytest.raises(ValueError, match="does not train on packed batches"):
+        tagger.packed_call({})
+
