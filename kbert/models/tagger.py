@@ -88,6 +88,11 @@ class Tagger(TaskModel):
         self._word_logits_function = None
         self.compile()
 
+    def packed_call(self, inputs, training=None):
+        """Logits `(rows, width, num_labels)` for a packed batch: every token's, each example's as alone."""
+        sequence = self.encoder.packed_sequence_output(inputs, training=training)
+        return self.output_dense(self.output_dropout(sequence, training=training))
+
     @property
     def labels(self):
         return self._labels if self.preprocessor is None else self.preprocessor.labels

@@ -173,7 +173,7 @@ class TaskModel(
         packing=False,
         **kwargs,
     ):
-        """Keras' `fit`, on raw inputs too; `packing=True` packs several examples to a row (classification).
+        """Keras' `fit`, on raw inputs too; `packing=True` packs several examples to a row (classification, tagging).
 
         Packed batches (`kbert.data.task_dataset`) hold `batch_size`
         examples each, as unpacked ones do, with less padding to compute:

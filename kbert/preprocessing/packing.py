@@ -60,7 +60,8 @@ def place_examples(lengths, width):
     return rows, offsets, len(room)
 
 
-def pack_arrays(token_ids, segment_ids, padding_mask, max_width, compiles_each_shape=COMPILES_EACH_SHAPE):
+def pack_arrays(token_ids, segment_ids, padding_mask, max_width, per_token=(),
+                compiles_each_shape=COMPILES_EACH_SHAPE):
     """The packed batch (NumPy arrays, see the module) of one padded batch, rows at most `max_width` long.
 
     Rows are as wide as all the batch's tokens would need in one row
@@ -69,6 +70,10 @@ def pack_arrays(token_ids, segment_ids, padding_mask, max_width, compiles_each_s
     backend that compiles its step for each shape (JAX), the number of rows
     is rounded up to a power of two with empty rows, as the width is, so
     that a run compiles a handful of steps.
+
+    `per_token` arrays, `(examples, width)` as the token ids (a tagger's
+    labels and weights), are packed as the tokens are, with 0 on padding;
+    they come back as the list `packed["per_token"]`.
     """
     lengths = np.asarray(padding_mask).astype(bool).sum(axis=1)
     width = max(min(max_width, row_width(lengths.sum(), compiles_each_shape)), int(lengths.max(initial=1)))
@@ -78,16 +83,21 @@ def pack_arrays(token_ids, segment_ids, padding_mask, max_width, compiles_each_s
     shape = (max(row_count, 1), width)
     packed = {name: np.zeros(shape, np.int32) for name in ("token_ids", "segment_ids", "padding_mask",
                                                           "example_ids", "position_ids")}
+    sources = {"token_ids": token_ids, "segment_ids": segment_ids}
+    packed_per_token = [np.zeros(shape, np.asarray(array).dtype) for array in per_token]
     next_id = np.zeros(shape[0], np.int32)
     for example, (length, row, offset) in enumerate(zip(lengths, rows, offsets)):
         columns = slice(offset, offset + length)
         next_id[row] += 1
-        packed["token_ids"][row, columns] = token_ids[example, :length]
-        packed["segment_ids"][row, columns] = segment_ids[example, :length]
+        for name, source in sources.items():
+            packed[name][row, columns] = source[example, :length]
+        for target, source in zip(packed_per_token, per_token):
+            target[row, columns] = source[example, :length]
         packed["padding_mask"][row, columns] = 1
         packed["example_ids"][row, columns] = next_id[row]
         packed["position_ids"][row, columns] = np.arange(length)
     packed["cls_positions"] = (rows * width + offsets).astype(np.int32)
+    packed["per_token"] = packed_per_token
     return packed
 
 
@@ -99,23 +109,29 @@ def row_width(tokens, compiles_each_shape=COMPILES_EACH_SHAPE):
     return -(-tokens // ROW_WIDTH_MULTIPLE) * ROW_WIDTH_MULTIPLE
 
 
-def pack_batch(features, *rest, max_width):
+def pack_batch(features, *rest, max_width, per_token_targets=False):
     """A `tf.data` map function: a batch of model inputs (and its targets, weights) to a packed batch.
 
     The features must be token ids, segment ids and a padding mask whose
     tokens come first in each row (kbert's packers give that). Targets and
-    weights, one per example, pass as they are.
+    weights pass as they are, one per example; with `per_token_targets`
+    (a tagger's: one per token), they are packed as the tokens are.
     """
     names = ("token_ids", "segment_ids", "padding_mask", "example_ids", "position_ids", "cls_positions")
+    packed_rest = rest if per_token_targets else ()
 
-    def pack(token_ids, segment_ids, padding_mask):
-        packed = pack_arrays(token_ids, segment_ids, padding_mask, max_width)
-        return [packed[name] for name in names]
+    def pack(token_ids, segment_ids, padding_mask, *per_token):
+        packed = pack_arrays(token_ids, segment_ids, padding_mask, max_width, per_token)
+        return [packed[name] for name in names] + packed["per_token"]
 
-    values = tf.numpy_function(pack, [tf.cast(features[name], tf.int32) for name in names[:3]],
-                               [tf.int32] * len(names), stateful=False)
+    values = tf.numpy_function(pack, [tf.cast(features[name], tf.int32) for name in names[:3]] + list(packed_rest),
+                               [tf.int32] * len(names) + [value.dtype for value in packed_rest], stateful=False)
     packed = {}
     for name, value in zip(names, values):
         value.set_shape([None] if name == "cls_positions" else [None, None])
         packed[name] = value
+    if per_token_targets:
+        rest = tuple(values[len(names):])
+        for value in rest:
+            value.set_shape([None, None])
     return (packed, *rest) if rest else packed

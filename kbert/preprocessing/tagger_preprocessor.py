@@ -81,6 +81,9 @@ class TaggerPreprocessor(TaskPreprocessor):
     [[0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
     """
 
+    packs_examples = True
+    per_token_targets = True
+
     def __init__(self, packer, labels=None, max_windows=64, **kwargs):
         kwargs.pop("text_pairs", None)  # always single sentences
         super().__init__(packer, text_pairs=False, **kwargs)

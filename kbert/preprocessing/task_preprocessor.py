@@ -66,9 +66,11 @@ class TaskPreprocessor(PreprocessingLayer):
     # Whether outputs do not depend on how much padding follows the text, so
     # batches are padded only to their longest example.
     pads_to_longest = True
-    # Whether batches may be packed, several examples to a row (one target
-    # per example, a model with a packed forward pass: classification).
+    # Whether batches may be packed, several examples to a row (a model with
+    # a packed forward pass: classification, tagging), and whether the
+    # targets are one per token (tagging), packed as the tokens are.
     packs_examples = False
+    per_token_targets = False
 
     def __init__(self, packer, text_pairs=None, **kwargs):
         super().__init__(**kwargs)

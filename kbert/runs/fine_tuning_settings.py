@@ -32,7 +32,7 @@ class FineTuningSettings(RunSettings):
         lora_alpha: the adapters' scale is `lora_alpha / lora_rank`
             (default `lora_rank`); with `lora_rank` only.
         packing: pack several examples into each row of a batch
-            (`kbert.data.task_dataset`); classification only.
+            (`kbert.data.task_dataset`); classification and tagging.
 
     Example:
     >>> settings = FineTuningSettings(encoder="mini", epochs=2)

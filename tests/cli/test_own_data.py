@@ -147,10 +147,10 @@ def test_a_two_column_conll_file_with_its_own_tags_trains_evaluates_and_predicts
     bioes.write_text(sentence.replace("B-DRUG", "S-DRUG").replace("I-PER", "E-PER").replace("I-DOSE", "E-DOSE")
                      .replace("B-FREQ", "S-FREQ") + "\n")
     out = tmp_path / "run"
-    assert cli_refusal(capsys, "train", "--train", str(train), "--packing", "--out", str(out)) == (
-        "--packing packs the examples of a classifier; a tagger trains one example to a row: drop --packing.")
-    assert cli.main(["train", "--train", str(train), "--test", str(bioes), "--out", str(out), *SMALL]) == 0
+    assert cli.main(["train", "--train", str(train), "--test", str(bioes), "--packing", "--out", str(out),
+                     *SMALL]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["packing"] is True
     assert metrics["data"]["task_type"] == "tagging" and metrics["examples"] == 1
     tags = ["O", "B-DOSE", "I-DOSE", "B-DRUG", "I-DRUG", "B-FREQ", "I-FREQ", "B-PER", "I-PER"]
     assert metrics["data"]["tags"] == tags and metrics["support"] == 4
@@ -180,6 +180,9 @@ def test_squad_format_json_from_any_path_trains_and_answers(tmp_path, capsys):
     train = tmp_path / "my questions.json"
     train.write_text(json.dumps({"version": "1.1", "data": articles}))
     out = tmp_path / "run"
+    assert cli_refusal(capsys, "train", "--train", str(train), "--packing", "--out", str(out)) == (
+        "--packing packs the examples of a classifier or a tagger; a question answerer trains one example to a "
+        "row: drop --packing.")
     assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL, "--sequence-length", "48"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["task_type"] == "question-answering" and "f1" in metrics

@@ -92,11 +92,48 @@ def test_packed_fit_and_evaluate_mean_what_they_mean_unpacked():
     assert packed == pytest.approx(unpacked, abs=1e-5)
 
 
-def test_tasks_that_do_not_pack_say_so():
-    tagger = kbert.tagger("tiny", labels=["O", "B-X"], vocabulary=TINY_VOCABULARY, sequence_length=8,
-                          num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
-    with pytest.raises(ValueError, match=r"^packing=True: a TaggerPreprocessor's examples are not packed"):
-        kbert.data.task_dataset(tagger.preprocessor, [["the", "cat"]], [["O", "B-X"]], packing=True)
-    with pytest.raises(ValueError, match="does not train on packed batches"):
-        tagger.packed_call({})
+SENTENCES = [["the", "cat", "sat"], ["a", "dog"], ["free", "prize", "now", "!"], ["see", "you", "soon"],
+             ["the", "mat"], ["good", "film", "now"]]
+TAGS = [["O", "B-X", "O"], ["O", "B-X"], ["B-X", "I-X", "O", "O"], ["O", "B-X", "O"], ["O", "B-X"],
+        ["B-X", "I-X", "O"]]
 
+
+@pytest.mark.all_backends
+def test_a_packed_tagger_batch_gives_each_token_its_logits_loss_and_gradients_as_alone():
+    keras.utils.set_random_seed(0)
+    tagger = kbert.tagger("tiny", labels=["O", "B-X", "I-X"], vocabulary=TINY_VOCABULARY, sequence_length=16,
+                          num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0)
+    (unpacked, labels, weights), = list(kbert.data.task_dataset(tagger.preprocessor, SENTENCES, TAGS, batch_size=8))
+    (packed, packed_labels, packed_weights), = list(
+        kbert.data.task_dataset(tagger.preprocessor, SENTENCES, TAGS, batch_size=8, packing=True))
+    assert numpy(packed["token_ids"]).shape[0] < len(SENTENCES)
+    # Each example's labels and weights sit on its own tokens, and its logits are those it gets alone.
+    logits = numpy(tagger(packed)).reshape(-1, 3)
+    alone = numpy(tagger(unpacked))
+    flat = {name: numpy(value).reshape(-1) for name, value in (("labels", packed_labels), ("weights", packed_weights))}
+    for i, start in enumerate(numpy(packed["cls_positions"])):
+        length = int(numpy(unpacked["padding_mask"])[i].sum())
+        np.testing.assert_array_equal(flat["labels"][start:start + length], numpy(labels)[i, :length])
+        np.testing.assert_array_equal(flat["weights"][start:start + length], numpy(weights)[i, :length])
+        np.testing.assert_allclose(logits[start:start + length], alone[i, :length], atol=1e-5)
+    loss = tagger.loss  # averaged over the weighted tokens (the first of each word)
+    values = [float(numpy(loss(y, tagger(x), w))) for x, y, w in ((unpacked, labels, weights),
+                                                                  (packed, packed_labels, packed_weights))]
+    assert values[0] == pytest.approx(values[1], abs=1e-6)
+    gradients = [gradient_function(lambda x=x, y=y, w=w: loss(y, tagger(x, training=True), w),
+                                   tagger.trainable_variables)()
+                 for x, y, w in ((unpacked, labels, weights), (packed, packed_labels, packed_weights))]
+    for variable, from_unpacked, from_packed in zip(tagger.trainable_variables, *gradients):
+        np.testing.assert_allclose(numpy(from_packed), numpy(from_unpacked), atol=1e-5, err_msg=variable.path)
+    unpacked_metrics = tagger.evaluate(SENTENCES, TAGS, batch_size=4, verbose=0, return_dict=True)
+    packed_metrics = tagger.evaluate(SENTENCES, TAGS, batch_size=4, verbose=0, return_dict=True, packing=True)
+    assert packed_metrics == pytest.approx(unpacked_metrics, abs=1e-5)
+
+
+def test_tasks_that_do_not_pack_say_so():
+    chooser = kbert.multiple_choice("tiny", num_choices=2, vocabulary=TINY_VOCABULARY, sequence_length=8,
+                                    num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
+    with pytest.raises(ValueError, match=r"^packing=True: a MultipleChoicePreprocessor's examples are not packed"):
+        kbert.data.task_dataset(chooser.preprocessor, (["the cat"], [["sat", "ran"]]), [0], packing=True)
+    with pytest.raises(ValueError, match="does not train on packed batches"):
+        chooser.packed_call({})
