@@ -210,6 +210,11 @@ class TaskModel(
         that they read the same batches and each takes its own part of them.
         """
         strategy = model_strategy(self)
+        if packing and (getattr(strategy, "num_replicas_in_sync", 1) > 1 or keras.distribution.distribution()):
+            # Replicas split a batch along its first axis: a packed batch's
+            # rows and its examples' [CLS] positions would part ways.
+            raise ValueError("packing=True trains on one device: a packed batch's rows cannot be split between "
+                             "replicas; train with packing=False under a distribution strategy.")
         seed = agreed_seed(strategy) if shuffle and is_multi_worker(strategy) else None
         return self._task_dataset(x, y, sample_weight, batch_size, shuffle=shuffle, seed=seed, packing=packing)
 

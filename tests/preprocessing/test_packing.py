@@ -137,3 +137,16 @@ def test_tasks_that_do_not_pack_say_so():
         kbert.data.task_dataset(chooser.preprocessor, (["the cat"], [["sat", "ran"]]), [0], packing=True)
     with pytest.raises(ValueError, match="does not train on packed batches"):
         chooser.packed_call({})
+
+
+def test_packing_refuses_replicas_that_would_split_its_rows(monkeypatch):
+    from kbert.models import task_model
+
+    model = tiny_classifier(sequence_length=16)
+
+    class TwoReplicas:
+        num_replicas_in_sync = 2
+
+    monkeypatch.setattr(task_model, "model_strategy", lambda model: TwoReplicas())
+    with pytest.raises(ValueError, match=r"^packing=True trains on one device: a packed batch's rows cannot be split"):
+        model.fit(TEXTS, [0, 1, 0, 1, 0, 1, 0], packing=True, verbose=0)
