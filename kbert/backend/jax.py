@@ -32,9 +32,10 @@ def dot_product_attention(query, key, value, padding_mask, dropout, training):
     every row's tokens followed by its padding (kbert's preprocessors pack
     them so, a user's masks need not), XLA's kernel runs on that batch with
     the mask itself (`attend_by_lengths`). Elsewhere, and for the attention
-    masks of packed rows, XLA's attention runs with the mask. Neither drops out attention probabilities (JAX
-    has no public kernel that does), so a training step with attention
-    dropout computes attention explicitly (`portable.explicit_attention`).
+    masks of packed rows, XLA's attention runs with the mask. Neither drops
+    out attention probabilities (JAX has no public kernel that does), so a
+    training step with attention dropout computes attention explicitly
+    (`portable.explicit_attention`).
     """
     if training and dropout.rate > 0:
         return None

@@ -8,7 +8,7 @@ where it is:
 - `padding_mask` `(rows, width)`: 1 on tokens, 0 on padding, as before;
 - `example_ids` `(rows, width)`: which example of its row a token belongs
   to, 1, 2, ... in the row (0 on padding): attention stays within an
-  example (`kbert.Encoder.packed_attention_mask`);
+  example (`kbert.models.encoder.packed_attention_mask`);
 - `position_ids` `(rows, width)`: the token's position in its own example,
   from 0 at its `[CLS]`;
 - `cls_positions` `(examples,)`: where each example's `[CLS]` is in the
@@ -31,8 +31,6 @@ from kbert.backend import COMPILES_EACH_SHAPE
 # this (as unpacked batches are: `kbert.data.task_dataset`), or on JAX to a
 # power of two.
 ROW_WIDTH_MULTIPLE = 8
-# The inputs a packed batch has beside token ids, segment ids and the padding mask.
-PACKED_INPUTS = ("example_ids", "position_ids", "cls_positions")
 
 
 def place_examples(lengths, width):
