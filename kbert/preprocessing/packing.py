@@ -22,7 +22,6 @@ A task model given these inputs runs its packed forward pass
 losses, metrics and sample weights mean what they mean unpacked.
 """
 
-import numpy as np
 import tensorflow as tf
 
 from kbert.backend import COMPILES_EACH_SHAPE
@@ -37,30 +36,42 @@ def place_examples(lengths, width):
     """Best-fit decreasing: `(rows, offsets, row_count)`, the row of each example and its first column.
 
     The longest example goes first, each into the row whose free room it
-    fills best, in rows of `width` tokens; a longer example is refused.
+    fills best (the first such row on a tie), in rows of `width` tokens; a
+    row opens when none has room. TensorFlow ops, in the `tf.data` graph: a
+    scan over the batch's examples, no Python per batch. Called eagerly, it
+    gives NumPy arrays and an int, and refuses an example longer than
+    `width`.
     """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.size and lengths.max() > width:
-        raise ValueError(f"An example of {lengths.max()} tokens does not fit a row of {width}.")
-    rows = np.zeros(lengths.size, np.int64)
-    offsets = np.zeros(lengths.size, np.int64)
-    room = []  # free tokens left in each row
-    for example in np.argsort(-lengths, kind="stable"):
+    lengths = tf.cast(tf.convert_to_tensor(lengths), tf.int32)
+    width = tf.cast(width, tf.int32)
+    if tf.executing_eagerly() and tf.size(lengths) > 0 and int(tf.reduce_max(lengths)) > int(width):
+        raise ValueError(f"An example of {int(tf.reduce_max(lengths))} tokens does not fit a row of {int(width)}.")
+    count = tf.size(lengths)
+    order = tf.argsort(-lengths, stable=True)
+
+    def place(state, example):
+        room, _, _ = state
         length = lengths[example]
-        fitting = [(free, row) for row, free in enumerate(room) if free >= length]
-        if fitting:
-            _, row = min(fitting)
-        else:
-            room.append(width)
-            row = len(room) - 1
-        rows[example], offsets[example] = row, width - room[row]
-        room[row] -= length
-    return rows, offsets, len(room)
+        # Unopened rows have all `width` free: one is taken only where no open row fits.
+        fitting = tf.where(room >= length, room, width + 1)
+        row = tf.cast(tf.argmin(fitting), tf.int32)
+        offset = width - room[row]
+        return tf.tensor_scatter_nd_sub(room, [[row]], [length]), row, offset
+
+    room = tf.fill([count], width)
+    _, rows, offsets = tf.scan(place, order, initializer=(room, tf.constant(0), tf.constant(0)))
+    # Back to the examples' order.
+    rows = tf.scatter_nd(order[:, None], rows, [count])
+    offsets = tf.scatter_nd(order[:, None], offsets, [count])
+    count = tf.reduce_max(tf.concat([rows, [-1]], 0)) + 1
+    if tf.executing_eagerly():
+        return rows.numpy(), offsets.numpy(), int(count)
+    return rows, offsets, count
 
 
-def pack_arrays(token_ids, segment_ids, padding_mask, max_width, per_token=(),
-                compiles_each_shape=COMPILES_EACH_SHAPE):
-    """The packed batch (NumPy arrays, see the module) of one padded batch, rows at most `max_width` long.
+def pack_tensors(token_ids, segment_ids, padding_mask, max_width, per_token=(),
+                 compiles_each_shape=COMPILES_EACH_SHAPE):
+    """The packed batch (a dict of tensors, see the module) of one padded batch, rows at most `max_width` long.
 
     Rows are as wide as all the batch's tokens would need in one row
     (`row_width`), up to `max_width` (the preprocessor's `sequence_length`):
@@ -69,42 +80,66 @@ def pack_arrays(token_ids, segment_ids, padding_mask, max_width, per_token=(),
     is rounded up to a power of two with empty rows, as the width is, so
     that a run compiles a handful of steps.
 
-    `per_token` arrays, `(examples, width)` as the token ids (a tagger's
+    `per_token` tensors, `(examples, width)` as the token ids (a tagger's
     labels and weights), are packed as the tokens are, with 0 on padding;
     they come back as the list `packed["per_token"]`.
     """
-    lengths = np.asarray(padding_mask).astype(bool).sum(axis=1)
-    width = max(min(max_width, row_width(lengths.sum(), compiles_each_shape)), int(lengths.max(initial=1)))
+    mask = tf.cast(padding_mask, tf.bool)
+    lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    width = tf.maximum(tf.minimum(max_width, row_width(tf.reduce_sum(lengths), compiles_each_shape)),
+                       tf.reduce_max(tf.concat([lengths, [1]], 0)))
     rows, offsets, row_count = place_examples(lengths, width)
     if compiles_each_shape:
-        row_count = 1 << max(row_count - 1, 0).bit_length()
-    shape = (max(row_count, 1), width)
-    packed = {name: np.zeros(shape, np.int32) for name in ("token_ids", "segment_ids", "padding_mask",
-                                                          "example_ids", "position_ids")}
-    sources = {"token_ids": token_ids, "segment_ids": segment_ids}
-    packed_per_token = [np.zeros(shape, np.asarray(array).dtype) for array in per_token]
-    next_id = np.zeros(shape[0], np.int32)
-    for example, (length, row, offset) in enumerate(zip(lengths, rows, offsets)):
-        columns = slice(offset, offset + length)
-        next_id[row] += 1
-        for name, source in sources.items():
-            packed[name][row, columns] = source[example, :length]
-        for target, source in zip(packed_per_token, per_token):
-            target[row, columns] = source[example, :length]
-        packed["padding_mask"][row, columns] = 1
-        packed["example_ids"][row, columns] = next_id[row]
-        packed["position_ids"][row, columns] = np.arange(length)
-    packed["cls_positions"] = (rows * width + offsets).astype(np.int32)
-    packed["per_token"] = packed_per_token
+        row_count = row_width(row_count, True, multiple=1)
+    row_count = tf.maximum(row_count, 1)
+    columns = tf.range(tf.shape(mask)[1])
+    # Where each token goes in the rows flattened; its example's number in its row (1, 2, ...).
+    targets = tf.boolean_mask((rows * width + offsets)[:, None] + columns[None, :], mask)[:, None]
+    examples = tf.range(tf.size(lengths))
+    earlier_in_row = (rows[None, :] == rows[:, None]) & (examples[None, :] < examples[:, None])
+    example_ids = tf.reduce_sum(tf.cast(earlier_in_row, tf.int32), axis=1) + 1
+
+    def scattered(values):
+        values = tf.boolean_mask(values, mask)
+        return tf.reshape(tf.scatter_nd(targets, values, [row_count * width]), [row_count, width])
+
+    every_token = tf.ones_like(padding_mask, tf.int32)
+    packed = {
+        "token_ids": scattered(tf.cast(token_ids, tf.int32)),
+        "segment_ids": scattered(tf.cast(segment_ids, tf.int32)),
+        "padding_mask": scattered(every_token),
+        "example_ids": scattered(every_token * example_ids[:, None]),
+        "position_ids": scattered(every_token * columns[None, :]),
+        "cls_positions": rows * width + offsets,
+        "per_token": [scattered(values) for values in per_token],
+    }
     return packed
 
 
-def row_width(tokens, compiles_each_shape=COMPILES_EACH_SHAPE):
-    """`tokens` rounded up to `ROW_WIDTH_MULTIPLE`, or to a power of two (at least 8) where each shape compiles."""
-    tokens = max(int(tokens), 1)
+def pack_arrays(token_ids, segment_ids, padding_mask, max_width, per_token=(),
+                compiles_each_shape=COMPILES_EACH_SHAPE):
+    """`pack_tensors` as NumPy arrays (eagerly)."""
+    packed = pack_tensors(token_ids, segment_ids, padding_mask, max_width, per_token, compiles_each_shape)
+    return {name: [v.numpy() for v in value] if name == "per_token" else value.numpy()
+            for name, value in packed.items()}
+
+
+def row_width(tokens, compiles_each_shape=COMPILES_EACH_SHAPE, multiple=ROW_WIDTH_MULTIPLE):
+    """`tokens` rounded up to `multiple`, or to a power of two (at least `multiple`) where each shape compiles.
+
+    Python ints give an int; tensors (in the `tf.data` graph) a tensor.
+    """
+    if not tf.is_tensor(tokens):
+        tokens = max(int(tokens), 1)
+        if compiles_each_shape:
+            return max(1 << (tokens - 1).bit_length(), multiple)
+        return -(-tokens // multiple) * multiple
+    tokens = tf.maximum(tf.cast(tokens, tf.int32), 1)
     if compiles_each_shape:
-        return max(1 << (tokens - 1).bit_length(), ROW_WIDTH_MULTIPLE)
-    return -(-tokens // ROW_WIDTH_MULTIPLE) * ROW_WIDTH_MULTIPLE
+        # The bit length of `tokens - 1`, as 2 ** ceil(log2(tokens)), exact for integers.
+        bits = tf.reduce_sum(tf.cast(tf.bitwise.right_shift(tokens - 1, tf.range(31)) > 0, tf.int32))
+        return tf.maximum(tf.bitwise.left_shift(1, bits), multiple)
+    return (tokens + multiple - 1) // multiple * multiple
 
 
 def pack_batch(features, *rest, max_width, per_token_targets=False):
@@ -115,21 +150,8 @@ def pack_batch(features, *rest, max_width, per_token_targets=False):
     weights pass as they are, one per example; with `per_token_targets`
     (a tagger's: one per token), they are packed as the tokens are.
     """
-    names = ("token_ids", "segment_ids", "padding_mask", "example_ids", "position_ids", "cls_positions")
-    packed_rest = rest if per_token_targets else ()
-
-    def pack(token_ids, segment_ids, padding_mask, *per_token):
-        packed = pack_arrays(token_ids, segment_ids, padding_mask, max_width, per_token)
-        return [packed[name] for name in names] + packed["per_token"]
-
-    values = tf.numpy_function(pack, [tf.cast(features[name], tf.int32) for name in names[:3]] + list(packed_rest),
-                               [tf.int32] * len(names) + [value.dtype for value in packed_rest], stateful=False)
-    packed = {}
-    for name, value in zip(names, values):
-        value.set_shape([None] if name == "cls_positions" else [None, None])
-        packed[name] = value
-    if per_token_targets:
-        rest = tuple(values[len(names):])
-        for value in rest:
-            value.set_shape([None, None])
+    packed = pack_tensors(features["token_ids"], features["segment_ids"], features["padding_mask"], max_width,
+                          rest if per_token_targets else ())
+    packed_rest = packed.pop("per_token")
+    rest = tuple(packed_rest) if per_token_targets else rest
     return (packed, *rest) if rest else packed
