@@ -1,7 +1,8 @@
 """Packed fine-tuning batches against kbert's length-grouped ones: epoch time and dev score.
 
-all-MiniLM-L6-v2 fine-tuned as a classifier on a seeded subset of a task's
-training split, the same examples and seeds both ways:
+all-MiniLM-L6-v2 fine-tuned on a seeded subset of a task's training split
+(SST-2 and MRPC: a classifier; CoNLL-2003: a tagger; SQuAD: a question
+answerer, its windows at 384 tokens), the same examples and seeds both ways:
 
 - `grouped`: `fit` as kbert batches by default (examples grouped by length
   within 50 batches, each batch cut to its longest example);
@@ -11,11 +12,15 @@ training split, the same examples and seeds both ways:
 
 Each run is a process of its own on the backend asked for. An epoch's wall
 time is taken by a callback; the table gives the mean of the epochs after
-the first (which traces or compiles the step) and the whole dev split's
-score after the last epoch. The machine's float32 matmul peak is measured
+the first (which traces or compiles the step) and the score after the
+last epoch on the task's evaluation split (`kbert train`'s: SST-2's and
+MRPC's dev split; CoNLL-2003's test split; for SQuAD, the first 2,000
+questions of the part of v1.1's dev set that `kbert train squad` holds
+out). The machine's float32 matmul peak is measured
 in the same run. Writes `benchmarks/results/packing.json`.
 
     .venv/bin/python benchmarks/packing.py                                   # SST-2 and MRPC, 3 seeds, TensorFlow
+    .venv/bin/python benchmarks/packing.py --tasks conll2003 squad --epochs 2 --seeds 0
     .venv/bin/python benchmarks/packing.py --backends jax torch --seeds 0    # the other backends' speed
     .venv/bin/python benchmarks/packing.py --tasks sst2 --max-examples 256 --epochs 2 --seeds 0   # a quick look
 """
@@ -33,21 +38,25 @@ from timing import cpu_model, write_json
 
 RESULTS = Path(__file__).parent / "results"
 BACKENDS = ("tensorflow", "jax", "torch")
-TASKS = {"sst2": {"max_examples": 2000, "sequence_length": 64}, "mrpc": {"max_examples": 1500, "sequence_length": 128}}
+TASKS = {
+    "sst2": {"max_examples": 2000, "sequence_length": 64},
+    "mrpc": {"max_examples": 1500, "sequence_length": 128},
+    "conll2003": {"max_examples": 2000, "sequence_length": 128},
+    "squad": {"max_examples": 1000, "sequence_length": 384, "max_eval_examples": 2000},
+}
 WAYS = ("grouped", "packed")
 
 
-def run_worker(task, way, seed, max_examples, epochs, sequence_length):
-    """In a fresh process on KERAS_BACKEND: epoch times and the dev score of one fine-tuning run."""
+def run_worker(task, way, seed, max_examples, epochs, sequence_length, max_eval_examples=None):
+    """In a fresh process on KERAS_BACKEND: epoch times and the evaluation score of one fine-tuning run."""
     import keras
 
-    import kbert
-    from kbert.runs.fine_tuning import load_split, sample_examples
+    from kbert.runs.fine_tuning import build_task_model, evaluate_task, load_split, sample_examples
+    from kbert.runs.recipes import recipe
 
     x, y = sample_examples(*load_split(task, "train"), max_examples, seed)
-    dev_x, dev_y = load_split(task, "dev")
     keras.utils.set_random_seed(seed)
-    model = kbert.classifier("all-minilm-l6-v2", num_classes=2, sequence_length=sequence_length)
+    model = build_task_model(task, "all-minilm-l6-v2", sequence_length=sequence_length)
     times = []
 
     class EpochTimes(keras.callbacks.Callback):
@@ -59,9 +68,10 @@ def run_worker(task, way, seed, max_examples, epochs, sequence_length):
 
     model.fit(x, y, epochs=epochs, batch_size=32, verbose=0, callbacks=[EpochTimes()],
               **({"packing": True} if way == "packed" else {}))
-    report = model.evaluate_report(dev_x, dev_y)
-    metric = "f1" if task == "mrpc" else "accuracy"
-    return {"epoch_seconds": times, "dev_score": report[metric], "metric": metric, "examples": len(y)}
+    metric = recipe(task)[1].metric
+    report = evaluate_task(model, task, max_examples=max_eval_examples)
+    return {"epoch_seconds": times, "dev_score": report[metric], "metric": metric,
+            "examples": len(y) if y is not None else len(x), "eval_examples": report["examples"]}
 
 
 def peak_worker():
@@ -85,10 +95,11 @@ def in_process(backend, function, *arguments):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=["tensorflow"])
-    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS, reverse=True))
+    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=["sst2", "mrpc"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--max-examples", type=int, help="default: 2,000 for SST-2, 1,500 for MRPC")
+    parser.add_argument("--max-examples", type=int,
+                        help="default: 2,000 for SST-2 and CoNLL-2003, 1,500 for MRPC, 1,000 for SQuAD")
     parser.add_argument("--out", type=Path, default=RESULTS / "packing.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
@@ -107,7 +118,7 @@ def main():
             for seed in args.seeds:
                 for way in WAYS:
                     run = in_process(backend, "run_worker", task, way, seed, examples, args.epochs,
-                                     budget["sequence_length"])
+                                     budget["sequence_length"], budget.get("max_eval_examples"))
                     report["runs"].append({"backend": backend, "task": task, "way": way, "seed": seed, **run})
                     write_json(args.out, report)
                     print(f"{backend} {task} seed {seed} {way}: epochs {[round(t, 1) for t in run['epoch_seconds']]} s, "
@@ -116,9 +127,9 @@ def main():
     write_json(args.out, report)
     print(f"\n{report['cpu']}, {report['cores']} cores; float32 matmul peak "
           f"{report['matmul_peak_gflops']['matmul']:.0f} GFLOP/s; {report['date']}")
-    print(f"{'backend':<11} {'task':<5} {'way':<8} {'epoch s':>8} {'speed-up':>8} {'dev score':>16}")
+    print(f"{'backend':<11} {'task':<9} {'way':<8} {'epoch s':>8} {'speed-up':>8} {'score':>16}")
     for row in report["table"]:
-        print(f"{row['backend']:<11} {row['task']:<5} {row['way']:<8} {row['epoch_seconds']:8.1f} "
+        print(f"{row['backend']:<11} {row['task']:<9} {row['way']:<8} {row['epoch_seconds']:8.1f} "
               f"{row['speed_up']:8.2f} {row['dev_mean']:9.4f} ± {row['dev_half_range']:.4f}")
 
 

@@ -91,7 +91,7 @@ def add_commands(commands):
     add_attention_dropout_argument(train)
     add_lora_arguments(train)
     train.add_argument("--packing", action="store_true",
-                       help="classification and tagging: pack several examples into each row of a batch, so "
+                       help="pack several examples (question windows, choices) into each row of a batch, so "
                             "that a step computes less padding (the same examples per step)")
     train.add_argument("--source", choices=SOURCES,
                        help="local: the canonical files (offline); tfds: TensorFlow Datasets "

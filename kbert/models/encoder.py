@@ -50,6 +50,29 @@ def packed_attention_mask(example_ids):
     return keras.ops.cast(keras.ops.logical_or(same, keras.ops.equal(ids, 0)[:, :, None]), "int32")
 
 
+def tokens_by_example(values, inputs):
+    """Per-token `values` `(rows, width, ...)` of a packed batch, by example: `(values, is_token)`.
+
+    `values` come back `(examples, width, ...)`: each example's tokens from
+    its `[CLS]` on, in the examples' order; `is_token` `(examples, width)`
+    says which entries are the example's own tokens (the rest belong to
+    other examples or to padding). A token is the example's own where its
+    position id is its distance from the example's `[CLS]`.
+    """
+    positions = keras.ops.reshape(inputs["position_ids"], (-1,))
+    padding = keras.ops.reshape(inputs["padding_mask"], (-1,))
+    total = keras.ops.shape(positions)[0]
+    columns = keras.ops.arange(keras.ops.shape(inputs["position_ids"])[1], dtype="int32")
+    index = keras.ops.cast(inputs["cls_positions"], "int32")[:, None] + columns[None, :]
+    inside = keras.ops.minimum(index, total - 1)
+    is_token = keras.ops.logical_and(
+        keras.ops.logical_and(keras.ops.less(index, total),
+                              keras.ops.equal(keras.ops.take(positions, inside), columns[None, :])),
+        keras.ops.greater(keras.ops.take(padding, inside), 0))
+    flat = keras.ops.reshape(values, (-1, *values.shape[2:]))
+    return keras.ops.take(flat, inside, axis=0), is_token
+
+
 @keras.saving.register_keras_serializable(package="kbert")
 class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, EncoderLora, keras.Model):
     """BERT's bidirectional Transformer encoder (Devlin et al., 2019).

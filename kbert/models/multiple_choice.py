@@ -83,6 +83,18 @@ class MultipleChoice(TaskModel):
         self._num_choices = num_choices
         self.compile()
 
+    def packed_call(self, inputs, training=None):
+        """Logits `(examples, num_choices)` for a packed batch: each choice's `[CLS]` vector, pooled and scored.
+
+        The packed sequences are the choices row-major (`kbert.preprocessing.packing.pack_batch`).
+        """
+        sequence = self.encoder.packed_sequence_output(inputs, training=training)
+        first_tokens = keras.ops.take(keras.ops.reshape(sequence, (-1, sequence.shape[-1])),
+                                      inputs["cls_positions"], axis=0)
+        pooled = self.encoder.pooler_dense(first_tokens)
+        scores = self.output_dense(self.output_dropout(pooled, training=training))
+        return keras.ops.reshape(scores, (-1, self.num_choices))
+
     @property
     def num_choices(self):
         return self._num_choices

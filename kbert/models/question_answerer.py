@@ -6,7 +6,12 @@ import numpy as np
 from kbert.backend.model_inputs import is_token_ids
 from kbert.backend.tensorflow_support import require_tensorflow
 from kbert.metrics.squad import squad_scores
+from kbert.models.encoder import tokens_by_example
 from kbert.models.task_model import TaskModel, deprecated, encoder_and_preprocessor, output_head
+
+# The logit of a position that is not a token (padding): far below any
+# span's, and finite in float16.
+NOT_A_TOKEN_LOGIT = -1e4
 
 
 @keras.saving.register_keras_serializable(package="kbert")
@@ -79,13 +84,18 @@ class QuestionAnswerer(TaskModel):
         # === Functional model ===
         inputs = encoder.input
         logits = self.span_logits(encoder(inputs)["sequence_output"])
-        start_logits, end_logits = keras.ops.unstack(logits, num=2, axis=-1)
-        outputs = {"start_logits": start_logits, "end_logits": end_logits}
+        outputs = _span_outputs(logits, keras.ops.greater(inputs["padding_mask"], 0))
         super().__init__(inputs=inputs, outputs=outputs, preprocessor=preprocessor, **kwargs)
 
         # === Config ===
         self._traced_functions = {}
         self.compile()
+
+    def packed_call(self, inputs, training=None):
+        """Span logits `(windows, width)` for a packed batch: each window's own tokens, as alone."""
+        sequence = self.encoder.packed_sequence_output(inputs, training=training)
+        logits, is_token = tokens_by_example(self.span_logits(sequence), inputs)
+        return _span_outputs(logits, is_token)
 
     def default_loss(self):
         return {
@@ -266,6 +276,19 @@ class QuestionAnswerer(TaskModel):
         return squad_scores([p["text"] for p in predictions], records)
 
     evaluate_squad = evaluate_report
+
+
+def _span_outputs(logits, is_token):
+    """`start_logits` and `end_logits` from `(windows, width, 2)` logits; off the tokens, `NOT_A_TOKEN_LOGIT`.
+
+    An answer never starts or ends on padding: its logits are left out of
+    the softmax, so that a window's outputs and loss do not depend on the
+    padding (or, packed, the other windows) beside it.
+    """
+    is_token = keras.ops.expand_dims(is_token, -1)
+    logits = keras.ops.where(is_token, logits, keras.ops.cast(NOT_A_TOKEN_LOGIT, logits.dtype))
+    start_logits, end_logits = keras.ops.unstack(logits, num=2, axis=-1)
+    return {"start_logits": start_logits, "end_logits": end_logits}
 
 
 def _question_answerer_preprocessor():

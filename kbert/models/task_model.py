@@ -115,6 +115,14 @@ class TaskModel(
             return self.packed_call(inputs, training=training)
         return super().call(inputs, training=training, mask=mask)
 
+    def _assert_input_compatibility(self, *args):
+        # Packed rows are `(rows, width)` whatever the unpacked inputs'
+        # shape (multiple choice's is `(batch, choices, length)`):
+        # `packed_call` reads them.
+        if args and is_packed(args[0]):
+            return
+        super()._assert_input_compatibility(*args)
+
     def packed_call(self, inputs, training=None):
         """The model's outputs, one per example, for a packed batch (`kbert.preprocessing.packing`)."""
         raise ValueError(f"A {type(self).__name__} does not train on packed batches; fit it with packing=False.")
@@ -173,7 +181,7 @@ class TaskModel(
         packing=False,
         **kwargs,
     ):
-        """Keras' `fit`, on raw inputs too; `packing=True` packs several examples to a row (classification, tagging).
+        """Keras' `fit`, on raw inputs too; `packing=True` packs several examples to a row (not embeddings).
 
         Packed batches (`kbert.data.task_dataset`) hold `batch_size`
         examples each, as unpacked ones do, with less padding to compute:

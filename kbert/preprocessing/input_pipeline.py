@@ -39,8 +39,10 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
        `padded_length`; for tasks whose outputs do not depend on padding),
        and prefetched.
 
-    With `packing=True` (classification, tagging), each batch of `batch_size`
-    examples is packed instead: several examples share a row of up to
+    With `packing=True` (classification, tagging, question answering,
+    multiple choice), each batch of `batch_size` examples (for question
+    answering, `batch_size` windows; for multiple choice, its examples'
+    choices) is packed instead: several examples share a row of up to
     `sequence_length` tokens, and the model computes each one as if it were
     alone (`kbert.preprocessing.packing`). Batches are then not grouped by
     length: packing leaves little padding without it.
@@ -81,7 +83,8 @@ def task_dataset(preprocessor, x, y=None, sample_weight=None, batch_size=None, s
     batch_size = batch_size or preprocessor.default_batch_size
     if packing and not preprocessor.packs_examples:
         raise ValueError(f"packing=True: a {type(preprocessor).__name__}'s examples are not packed (packing is "
-                         "for classification and tagging); train with packing=False.")
+                         "for classification, tagging, question answering and multiple choice); train with "
+                         "packing=False.")
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
             raise ValueError("With a tf.data.Dataset, put the targets in the dataset, not in `y`.")
@@ -127,7 +130,7 @@ def _model_input_batches(preprocessor, batches, batch_size, examples=None, group
         # One example gave several (question windows): re-batch what it gave.
         mapped = mapped.unbatch().batch(batch_size)
     if packing:
-        # Each row (a tagger's window) is an example of its own.
+        # Each row (a tagger's or a question's window, a choice) is an example of its own.
         width = preprocessor.packer.sequence_length
         per_token = preprocessor.per_token_targets
         mapped = mapped.map(lambda *batch: pack_batch(*batch, max_width=width, per_token_targets=per_token),

@@ -48,6 +48,8 @@ class MultipleChoicePreprocessor(TaskPreprocessor):
     default_batch_size = 16
     # Inputs keep one shape, `(batch, num_choices, sequence_length)`.
     pads_to_longest = False
+    # Packed, each choice is a sequence of its own (`kbert.preprocessing.packing.pack_batch`).
+    packs_examples = True
 
     def __init__(self, packer, num_choices=4, **kwargs):
         kwargs.pop("text_pairs", None)  # always context and choice

@@ -146,12 +146,18 @@ def pack_batch(features, *rest, max_width, per_token_targets=False):
     """A `tf.data` map function: a batch of model inputs (and its targets, weights) to a packed batch.
 
     The features must be token ids, segment ids and a padding mask whose
-    tokens come first in each row (kbert's packers give that). Targets and
-    weights pass as they are, one per example; with `per_token_targets`
-    (a tagger's: one per token), they are packed as the tokens are.
+    tokens come first in each row (kbert's packers give that). Features of
+    `(examples, choices, length)` (multiple choice) are packed one sequence
+    per choice, row-major: choice `c` of example `i` is sequence `i *
+    choices + c`. Targets and weights pass as they are, one per example;
+    with `per_token_targets` (a tagger's: one per token), they are packed as
+    the tokens are.
     """
-    packed = pack_tensors(features["token_ids"], features["segment_ids"], features["padding_mask"], max_width,
-                          rest if per_token_targets else ())
+    token_ids, segment_ids, padding_mask = (features[name] for name in ("token_ids", "segment_ids", "padding_mask"))
+    if token_ids.shape.rank == 3:
+        token_ids, segment_ids, padding_mask = (tf.reshape(value, [-1, tf.shape(value)[-1]])
+                                                for value in (token_ids, segment_ids, padding_mask))
+    packed = pack_tensors(token_ids, segment_ids, padding_mask, max_width, rest if per_token_targets else ())
     packed_rest = packed.pop("per_token")
     rest = tuple(packed_rest) if per_token_targets else rest
     return (packed, *rest) if rest else packed

@@ -120,6 +120,8 @@ class QuestionAnswererPreprocessor(TaskPreprocessor):
 
     # Windows keep the full `sequence_length`.
     pads_to_longest = False
+    # Packed, each window is an example of its own; its span logits are its own tokens'.
+    packs_examples = True
 
     def __init__(
         self,

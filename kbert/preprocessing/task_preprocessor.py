@@ -67,7 +67,7 @@ class TaskPreprocessor(PreprocessingLayer):
     # batches are padded only to their longest example.
     pads_to_longest = True
     # Whether batches may be packed, several examples to a row (a model with
-    # a packed forward pass: classification, tagging), and whether the
+    # a packed forward pass: every task but embeddings), and whether the
     # targets are one per token (tagging), packed as the tokens are.
     packs_examples = False
     per_token_targets = False

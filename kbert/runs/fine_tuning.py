@@ -203,10 +203,6 @@ def fine_tune(task, out, settings=None, **options):
     name, info = recipe(task)
     if name == FILES and settings.source != "local":
         raise SettingError("A run on files reads them; `source` is for the named data sets.", ["source"])
-    if settings.packing and info.builder not in ("classifier", "tagger"):
-        raise SettingError(f"`packing` packs the examples of a classifier or a tagger; a "
-                           f"{info.builder.replace('_', ' ')} trains one example to a row: drop `packing`.",
-                           ["packing"])
     os.makedirs(out, exist_ok=True)
     if is_chief():
         clean_run_folder(out)  # what a killed run left (`kbert train` has done so already)

@@ -31,8 +31,8 @@ class FineTuningSettings(RunSettings):
             value); with `lora_rank` only.
         lora_alpha: the adapters' scale is `lora_alpha / lora_rank`
             (default `lora_rank`); with `lora_rank` only.
-        packing: pack several examples into each row of a batch
-            (`kbert.data.task_dataset`); classification and tagging.
+        packing: pack several examples (question windows, choices) into
+            each row of a batch (`kbert.data.task_dataset`).
 
     Example:
     >>> settings = FineTuningSettings(encoder="mini", epochs=2)

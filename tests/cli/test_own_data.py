@@ -9,7 +9,6 @@ import pytest
 
 import kbert
 from kbert import cli
-from tests.test_case import cli_refusal
 
 SPAM = ["WIN a free prize, call now!", "URGENT: your account\nclaim the cash", 'Click "here" for a free gift']
 HAM = ["see you at 5, ok?", "Lunch tomorrow?\nI'll bring the cake", 'She said "thanks" twice']
@@ -180,11 +179,10 @@ def test_squad_format_json_from_any_path_trains_and_answers(tmp_path, capsys):
     train = tmp_path / "my questions.json"
     train.write_text(json.dumps({"version": "1.1", "data": articles}))
     out = tmp_path / "run"
-    assert cli_refusal(capsys, "train", "--train", str(train), "--packing", "--out", str(out)) == (
-        "--packing packs the examples of a classifier or a tagger; a question answerer trains one example to a "
-        "row: drop --packing.")
-    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL, "--sequence-length", "48"]) == 0
+    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL, "--sequence-length", "48",
+                     "--packing"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["packing"] is True
     assert metrics["data"]["task_type"] == "question-answering" and "f1" in metrics
     # Whole articles go to validation: no context is on both sides.
     assert metrics["data"]["files"]["validation"]["rows"] == 2 and metrics["train_examples"] == 8
@@ -256,9 +254,10 @@ def test_multiple_choice_json_lines_train_evaluate_and_predict(tmp_path, capsys)
     train = tmp_path / "swag.jsonl"
     train.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     out = tmp_path / "run"
-    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL]) == 0
+    assert cli.main(["train", "--train", str(train), "--out", str(out), *SMALL, "--packing"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["data"]["task_type"] == "multiple-choice" and "accuracy" in metrics
+    assert metrics["settings"]["packing"] is True
     assert kbert.load_model(str(out / "model.keras")).num_choices == 3
     assert cli.main(["evaluate", str(out / "model.keras"), "--data", str(train)]) == 0
     capsys.readouterr()

@@ -130,13 +130,72 @@ def test_a_packed_tagger_batch_gives_each_token_its_logits_loss_and_gradients_as
     assert packed_metrics == pytest.approx(unpacked_metrics, abs=1e-5)
 
 
+TINY = {"num_layers": 2, "hidden_dim": 16, "num_heads": 2, "intermediate_dim": 32, "dropout": 0.0}
+QUESTIONS = [
+    {"question": "who sat ?", "context": "the cat sat on the mat . the dog sat on the cat . a film now ! see you soon .",
+     "answers": [{"text": "the dog", "answer_start": 25}]},
+    {"question": "what now ?", "context": "free prize now !", "answers": [{"text": "free prize", "answer_start": 0}]},
+    {"question": "see ?", "context": "see you soon .", "answers": [{"text": "you", "answer_start": 4}]},
+    {"question": "what film ?", "context": "a good film", "answers": [{"text": "good film", "answer_start": 2}]},
+]
+
+
+def assert_packed_loss_and_gradients_as_unpacked(model, unpacked, packed, targets, packed_targets):
+    """The model's compiled loss on a packed batch, and its gradients, are those of the batch unpacked."""
+    def loss(x, y):
+        return model.compute_loss(x=x, y=y, y_pred=model(x, training=True), training=True)
+
+    values = [float(numpy(loss(x, y))) for x, y in ((unpacked, targets), (packed, packed_targets))]
+    assert values[0] == pytest.approx(values[1], abs=1e-6)
+    gradients = [gradient_function(lambda x=x, y=y: loss(x, y), model.trainable_variables)()
+                 for x, y in ((unpacked, targets), (packed, packed_targets))]
+    for variable, from_unpacked, from_packed in zip(model.trainable_variables, *gradients):
+        np.testing.assert_allclose(numpy(from_packed), numpy(from_unpacked), atol=1e-5, err_msg=variable.path)
+
+
+@pytest.mark.all_backends
+def test_packed_question_windows_give_each_window_its_span_logits_loss_and_gradients_as_alone():
+    keras.utils.set_random_seed(0)
+    answerer = kbert.question_answerer("tiny", vocabulary=TINY_VOCABULARY, sequence_length=24, doc_stride=8,
+                                       max_question_length=4, **TINY)
+    (unpacked, targets), = list(kbert.data.task_dataset(answerer.preprocessor, QUESTIONS, batch_size=16))
+    (packed, packed_targets), = list(kbert.data.task_dataset(answerer.preprocessor, QUESTIONS, batch_size=16,
+                                                            packing=True))
+    windows = numpy(unpacked["token_ids"]).shape[0]
+    assert windows > len(QUESTIONS) and numpy(packed["token_ids"]).shape[0] < windows  # a long context's windows
+    lengths = numpy(unpacked["padding_mask"]).sum(axis=1)
+    outputs, alone = answerer(packed), answerer(unpacked)
+    for name in ("start_logits", "end_logits"):
+        np.testing.assert_array_equal(numpy(packed_targets[name]), numpy(targets[name]))
+        for i, length in enumerate(lengths):
+            # A window's own tokens as alone; no logit beyond them to take a share of the softmax.
+            np.testing.assert_allclose(numpy(outputs[name])[i, :length], numpy(alone[name])[i, :length], atol=1e-5)
+            assert (numpy(outputs[name])[i, length:] < -1e3).all() and (numpy(alone[name])[i, length:] < -1e3).all()
+    assert_packed_loss_and_gradients_as_unpacked(answerer, unpacked, packed, targets, packed_targets)
+
+
+@pytest.mark.all_backends
+def test_packed_choices_score_each_choice_as_alone():
+    keras.utils.set_random_seed(0)
+    chooser = kbert.multiple_choice("tiny", num_choices=3, vocabulary=TINY_VOCABULARY, sequence_length=16, **TINY)
+    contexts = ["the cat sat", "free prize now", "see you"]
+    choices = [["on the mat", "a film", "bad"], ["!", "good film now", "the dog"], ["soon", "now", "a cat sat on"]]
+    labels = np.array([0, 1, 0])
+    (unpacked, targets), = list(kbert.data.task_dataset(chooser.preprocessor, (contexts, choices), labels))
+    (packed, packed_targets), = list(kbert.data.task_dataset(chooser.preprocessor, (contexts, choices), labels,
+                                                            packing=True))
+    assert numpy(packed["token_ids"]).shape[0] < len(contexts) * 3
+    assert numpy(packed["cls_positions"]).shape == (9,)  # one sequence per choice
+    np.testing.assert_allclose(numpy(chooser(packed)), numpy(chooser(unpacked)), atol=1e-5)
+    assert_packed_loss_and_gradients_as_unpacked(chooser, unpacked, packed, targets, packed_targets)
+
+
 def test_tasks_that_do_not_pack_say_so():
-    chooser = kbert.multiple_choice("tiny", num_choices=2, vocabulary=TINY_VOCABULARY, sequence_length=8,
-                                    num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
-    with pytest.raises(ValueError, match=r"^packing=True: a MultipleChoicePreprocessor's examples are not packed"):
-        kbert.data.task_dataset(chooser.preprocessor, (["the cat"], [["sat", "ran"]]), [0], packing=True)
+    embedder = kbert.embedder("tiny", vocabulary=TINY_VOCABULARY, sequence_length=8, **TINY)
+    with pytest.raises(ValueError, match=r"^packing=True: a EmbedderPreprocessor's examples are not packed"):
+        kbert.data.task_dataset(embedder.preprocessor, ["the cat"], packing=True)
     with pytest.raises(ValueError, match="does not train on packed batches"):
-        chooser.packed_call({})
+        embedder.packed_call({})
 
 
 def test_packing_refuses_replicas_that_would_split_its_rows(monkeypatch):
