@@ -27,8 +27,7 @@ demo: $(INSTALLED)
 # the encoder's, the block's and its LoRA adapters' own tests, the harnesses
 # of the heads that are keras.ops code alone (question answering, tagging,
 # multiple choice; the classifier's and the embedder's run), head
-# pruning's rebuilt models (its gradients run) and packed taggers, pairs,
-# question windows and choices (packed texts run): all the same code as on
+# pruning's rebuilt models (its gradients run): all the same code as on
 # PyTorch (tests/backend compares JAX's encoder with TensorFlow's).
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --dist loadgroup
 # Three workers for TensorFlow's run: TensorFlow keeps a graph of every
@@ -44,11 +43,7 @@ JAX_LEAVES_OUT := $(filter-out %/test_backup_and_restore.py %/test_training_step
 JAX_DESELECTS := tests/models/test_question_answerer.py::test_task_harness \
 	tests/models/test_tagger.py::test_task_harness tests/models/test_multiple_choice.py::test_fit_predict_save_and_tf_data \
 	tests/compression/test_head_pruning.py::test_pruned_computes_what_masked_computes \
-	tests/compression/test_head_pruning.py::test_pruned_classifier_trains_saves_and_exports \
-	tests/preprocessing/test_packing.py::test_a_packed_tagger_batch_gives_each_token_its_logits_loss_and_gradients_as_alone \
-	"tests/preprocessing/test_packing.py::test_a_packed_batch_computes_each_example_as_alone_outputs_and_gradients[pairs]" \
-	tests/preprocessing/test_packing.py::test_packed_question_windows_give_each_window_its_span_logits_loss_and_gradients_as_alone \
-	tests/preprocessing/test_packing.py::test_packed_choices_score_each_choice_as_alone
+	tests/compression/test_head_pruning.py::test_pruned_classifier_trains_saves_and_exports
 # The three runs at once: the PyTorch and JAX runs, one worker each, fill
 # the cores that the TensorFlow run leaves idle (while its workers wait on
 # the processes its tests start, and at its start and end). Their output

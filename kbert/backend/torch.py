@@ -206,7 +206,72 @@ def _adamw():
         from keras.src.backend.torch.optimizers.torch_adamw import AdamW
     except ImportError:  # a keras without it: the per-variable update
         return keras.optimizers.AdamW
-    return AdamW
+    if not hasattr(torch, "_fused_adamw_"):
+        return AdamW
+
+    class FusedAdamW(AdamW):
+        """keras' AdamW, its update (weight decay included) in PyTorch's fused AdamW kernel.
+
+        keras' multi-tensor update passes over every weight about ten times
+        (decay, two moments, square root, division, ...), each pass a kernel
+        per weight: on a CPU, for a small BERT, half of a fine-tuning step.
+        PyTorch's fused kernel makes one pass. The formula is keras': its
+        epsilon is added to the square root of the second moment before the
+        bias correction, so PyTorch's (added after it) is keras' divided by
+        `sqrt(1 - beta_2 ** step)`; keras decays weights before the update,
+        as the kernel does.
+        """
+
+        def _fuses(self, variables):
+            values = [variable.value for variable in variables]
+            return (not self.amsgrad and values and len({(v.device, v.dtype) for v in values}) == 1
+                    and values[0].dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+
+        def _clip_gradients(self, grads):
+            # keras' global clipping, its norms in one multi-tensor kernel.
+            present = [grad for grad in grads if grad is not None]
+            if self.clipnorm or not self.global_clipnorm or not present:
+                return super()._clip_gradients(grads)
+            with torch.no_grad():
+                norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(present)).float())
+                limit = torch.tensor(1.0 / self.global_clipnorm, device=norm.device)
+                # NaN where the norm is not finite, as keras' scale is.
+                scale = self.global_clipnorm * torch.minimum(1.0 / norm, limit) + (norm - norm)
+                scaled = iter(torch._foreach_mul(present, scale))
+            return [None if grad is None else next(scaled) for grad in grads]
+
+        def _apply_weight_decay(self, variables):
+            if not self._fuses(variables):
+                super()._apply_weight_decay(variables)
+            # Else the fused update decays them.
+
+        def _parallel_update_step(self, grads, variables, learning_rate):
+            if not self._fuses(variables):
+                return super()._parallel_update_step(grads, variables, learning_rate)
+            with torch.no_grad():
+                step = float(keras.ops.convert_to_numpy(self.iterations)) + 1
+                learning_rate = float(keras.ops.convert_to_numpy(learning_rate))
+                epsilon = self.epsilon / (1 - self.beta_2 ** step) ** 0.5
+                steps = torch.full((), step, dtype=torch.float32, device=variables[0].value.device)
+                decayed = [self.weight_decay is not None and self._use_weight_decay(v) for v in variables]
+                for decays in (True, False):
+                    chosen = [i for i, d in enumerate(decayed) if d == decays]
+                    if not chosen:
+                        continue
+                    indices = [self._get_variable_index(variables[i]) for i in chosen]
+                    torch._fused_adamw_(
+                        [variables[i].value for i in chosen],
+                        [grads[i].to(variables[i].value.dtype) for i in chosen],
+                        [self._momentums[j].value for j in indices],
+                        [self._velocities[j].value for j in indices],
+                        [],  # no amsgrad
+                        [steps] * len(chosen),
+                        lr=learning_rate, beta1=self.beta_1, beta2=self.beta_2,
+                        weight_decay=self.weight_decay if decays else 0.0, eps=epsilon,
+                        amsgrad=False, maximize=False,
+                    )
+
+    return FusedAdamW
 
 
 AdamW = _adamw()

@@ -66,7 +66,7 @@ def test_adamw_skips_weight_decay_on_biases_and_layer_norm(name, excluded):
 
 @pytest.mark.parametrize("gradient_accumulation_steps", [None, 2])
 def test_adamw_updates_as_keras_adamw_does(gradient_accumulation_steps):
-    """kbert's update (TensorFlow's one kernel, PyTorch's multi-tensor one) gives keras' weights and moments, step after step."""
+    """kbert's update (TensorFlow's one kernel, PyTorch's fused one) gives keras' weights and moments, step after step."""
     rng = np.random.default_rng(0)
     start = [rng.normal(size=(5, 3)).astype("float32"), rng.normal(size=(3,)).astype("float32"),
              rng.normal(size=(7, 3)).astype("float32")]
