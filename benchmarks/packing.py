@@ -10,6 +10,13 @@ answerer, its windows at 384 tokens), the same examples and seeds both ways:
   rows of up to the sequence length, each computed as if alone
   (`kbert.preprocessing.packing`).
 
+`--keras-hub` adds the peer: keras-hub's `BertTextClassifier` with its
+default preprocessor (`BertTextClassifierPreprocessor`: every text padded
+to 512 tokens) on the same weights (`Encoder.to_keras_hub`) and the same
+examples, compiled as keras-hub compiles it; its rows give the time per
+training example, beside kbert's (SST-2 only, 2 epochs of `--peer-examples`
+sentences: at 512 tokens the whole subset would take an hour).
+
 Each run is a process of its own on the backend asked for. An epoch's wall
 time is taken by a callback; the table gives the mean of the epochs after
 the first (which traces or compiles the step) and the score after the
@@ -21,6 +28,7 @@ in the same run. Writes `benchmarks/results/packing.json`.
 
     .venv/bin/python benchmarks/packing.py                                   # SST-2 and MRPC, 3 seeds, TensorFlow
     .venv/bin/python benchmarks/packing.py --tasks conll2003 squad --epochs 2 --seeds 0
+    .venv/bin/python benchmarks/packing.py --tasks sst2 --epochs 2 --seeds 0 --keras-hub
     .venv/bin/python benchmarks/packing.py --backends jax torch --seeds 0    # the other backends' speed
     .venv/bin/python benchmarks/packing.py --tasks sst2 --max-examples 256 --epochs 2 --seeds 0   # a quick look
 """
@@ -74,6 +82,33 @@ def run_worker(task, way, seed, max_examples, epochs, sequence_length, max_eval_
             "examples": len(y) if y is not None else len(x), "eval_examples": report["examples"]}
 
 
+def keras_hub_worker(task, seed, max_examples, epochs):
+    """In a fresh process: epoch times of keras-hub's `BertTextClassifier`, default preprocessor, kbert's weights."""
+    import keras
+    import keras_hub
+
+    import kbert
+    from kbert.runs.fine_tuning import load_split, sample_examples
+
+    x, y = sample_examples(*load_split(task, "train"), max_examples, seed)
+    keras.utils.set_random_seed(seed)
+    encoder, tokenizer = kbert.load_pretrained("all-minilm-l6-v2")
+    preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
+        keras_hub.models.BertTokenizer(vocabulary=list(tokenizer.vocabulary), lowercase=tokenizer.lowercase))
+    classifier = keras_hub.models.BertTextClassifier(encoder.to_keras_hub(), num_classes=2, preprocessor=preprocessor)
+    times = []
+
+    class EpochTimes(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    classifier.fit(list(x), list(y), epochs=epochs, batch_size=32, verbose=0, callbacks=[EpochTimes()])
+    return {"epoch_seconds": times, "examples": len(y), "sequence_length": preprocessor.sequence_length}
+
+
 def peak_worker():
     """In a fresh process: the machine's float32 matmul peak (GFLOP/s), measured with TensorFlow."""
     import tensorflow as tf
@@ -100,6 +135,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-examples", type=int,
                         help="default: 2,000 for SST-2 and CoNLL-2003, 1,500 for MRPC, 1,000 for SQuAD")
+    parser.add_argument("--keras-hub", action="store_true",
+                        help="also time keras-hub's BertTextClassifier with its default preprocessor (SST-2)")
+    parser.add_argument("--peer-examples", type=int, default=320, help="training sentences of the keras-hub runs")
     parser.add_argument("--out", type=Path, default=RESULTS / "packing.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
@@ -123,7 +161,14 @@ def main():
                     write_json(args.out, report)
                     print(f"{backend} {task} seed {seed} {way}: epochs {[round(t, 1) for t in run['epoch_seconds']]} s, "
                           f"dev {run['metric']} {run['dev_score']:.4f}", flush=True)
+    if args.keras_hub:
+        for backend in args.backends:
+            for seed in args.seeds:
+                run = in_process(backend, "keras_hub_worker", "sst2", seed, args.peer_examples, args.epochs)
+                report["peer_runs"] = [*report.get("peer_runs", []), {"backend": backend, "seed": seed, **run}]
+                write_json(args.out, report)
     report["table"] = table(report["runs"])
+    report["per_example"] = per_example(report)
     write_json(args.out, report)
     print(f"\n{report['cpu']}, {report['cores']} cores; float32 matmul peak "
           f"{report['matmul_peak_gflops']['matmul']:.0f} GFLOP/s; {report['date']}")
@@ -131,6 +176,29 @@ def main():
     for row in report["table"]:
         print(f"{row['backend']:<11} {row['task']:<9} {row['way']:<8} {row['epoch_seconds']:8.1f} "
               f"{row['speed_up']:8.2f} {row['dev_mean']:9.4f} ± {row['dev_half_range']:.4f}")
+    if report["per_example"]:
+        print(f"\n{'backend':<11} {'model':<26} {'ms per training example':>24} {'kbert packed faster':>20}")
+        for row in report["per_example"]:
+            print(f"{row['backend']:<11} {row['model']:<26} {row['milliseconds']:24.1f} {row['kbert_speed_up']:20.2f}")
+
+
+def per_example(report):
+    """Per backend: SST-2's steady milliseconds per training example, kbert's ways and keras-hub's, and kbert packed's speed-up."""
+    rows = []
+    for backend in dict.fromkeys(run["backend"] for run in report.get("peer_runs", [])):
+        def milliseconds(runs):
+            return statistics.mean(1000 * statistics.mean(run["epoch_seconds"][1:] or run["epoch_seconds"])
+                                   / run["examples"] for run in runs)
+
+        mine = {way: [run for run in report["runs"] if (run["backend"], run["task"], run["way"]) ==
+                      (backend, "sst2", way)] for way in WAYS}
+        peer = milliseconds([run for run in report["peer_runs"] if run["backend"] == backend])
+        packed = milliseconds(mine["packed"]) if mine["packed"] else None
+        for model, value in [*((f"kbert {way}", milliseconds(runs)) for way, runs in mine.items() if runs),
+                             ("keras-hub BertTextClassifier", peer)]:
+            rows.append({"backend": backend, "model": model, "milliseconds": value,
+                         "kbert_speed_up": value / packed if packed else float("nan")})
+    return rows
 
 
 def table(runs):

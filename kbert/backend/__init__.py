@@ -8,8 +8,8 @@ three:
 | | TensorFlow | JAX | PyTorch |
 |---|---|---|---|
 | `transformer_block` (BERT's post-LayerNorm block) | 2-D TF ops that the grappler remapper fuses into oneDNN kernels | `keras.ops`, attention through `jax.nn.dot_product_attention` (cuDNN's fused kernel on a GPU) | `keras.ops`, attention through `scaled_dot_product_attention` |
-| `AdamW` (the base of `kbert.models.optimization.BertAdamW`) | TensorFlow's one-kernel Adam update | keras' AdamW (XLA fuses it into the step) | keras' multi-tensor (`torch._foreach`) AdamW |
-| `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad` | `torch.autograd.grad` |
+| `AdamW` (the base of `kbert.models.optimization.BertAdamW`) | TensorFlow's one-kernel Adam update | keras' AdamW (XLA fuses it into the step) | PyTorch's fused AdamW kernel, its global clipping in one multi-tensor norm |
+| `gradient_function` (gradients outside `fit`: head importance) | `tf.GradientTape` in a `tf.function` | `jax.grad`, compiled (`jax.jit`) | `torch.autograd.grad` |
 | `COMPILES_EACH_SHAPE` (batches padded to few widths) | no: one graph for all widths | yes: XLA compiles each | no: eager |
 | `random_state`, `restore_random_state` (kept by backups) | none: Keras' seed generators | none: Keras' seed generators | PyTorch's generators, which its dropout draws from |
 | `build_before_first_step` (optimizer, metrics and losses before `fit` traces its step) | built from the data's shapes: one trace, not two | nothing: Keras builds them first | nothing: Keras builds them first |

@@ -99,10 +99,7 @@ class Classifier(TaskModel):
 
     def packed_call(self, inputs, training=None):
         """Logits `(examples, num_classes)` for a packed batch: each example's `[CLS]` vector, pooled."""
-        sequence = self.encoder.packed_sequence_output(inputs, training=training)
-        first_tokens = keras.ops.take(keras.ops.reshape(sequence, (-1, sequence.shape[-1])),
-                                      inputs["cls_positions"], axis=0)
-        pooled = self.encoder.pooler_dense(first_tokens)
+        pooled = self.encoder.packed_pooled_output(inputs, training=training)
         return self.output_dense(self.output_dropout(pooled, training=training))
 
     @property

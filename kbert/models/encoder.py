@@ -357,6 +357,13 @@ class Encoder(SavesAtomically, LayersBeforeInit, ConstructorConfig, EncoderLora,
                 x = layer(x, attention_mask=mask, training=training)
         return x
 
+    def packed_pooled_output(self, inputs, training=None):
+        """The pooler's output `(examples, hidden_dim)` for a packed batch: each example's own `[CLS]` vector, pooled."""
+        sequence = self.packed_sequence_output(inputs, training=training)
+        first_tokens = keras.ops.take(keras.ops.reshape(sequence, (-1, sequence.shape[-1])),
+                                      inputs["cls_positions"], axis=0)
+        return self.pooler_dense(first_tokens)
+
     @property
     def layer_dtype_policy(self):
         """The dtype policy the encoder's layers compute in (e.g. `mixed_bfloat16`); heads use it too."""

@@ -88,10 +88,7 @@ class MultipleChoice(TaskModel):
 
         The packed sequences are the choices row-major (`kbert.preprocessing.packing.pack_batch`).
         """
-        sequence = self.encoder.packed_sequence_output(inputs, training=training)
-        first_tokens = keras.ops.take(keras.ops.reshape(sequence, (-1, sequence.shape[-1])),
-                                      inputs["cls_positions"], axis=0)
-        pooled = self.encoder.pooler_dense(first_tokens)
+        pooled = self.encoder.packed_pooled_output(inputs, training=training)
         scores = self.output_dense(self.output_dropout(pooled, training=training))
         return keras.ops.reshape(scores, (-1, self.num_choices))
 
