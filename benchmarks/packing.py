@@ -55,6 +55,20 @@ TASKS = {
 WAYS = ("grouped", "packed")
 
 
+def epoch_timer(times):
+    """A Keras callback that appends each epoch's wall time (seconds) to `times`."""
+    import keras
+
+    class EpochTimes(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    return EpochTimes()
+
+
 def run_worker(task, way, seed, max_examples, epochs, sequence_length, max_eval_examples=None):
     """In a fresh process on KERAS_BACKEND: epoch times and the evaluation score of one fine-tuning run."""
     import keras
@@ -66,15 +80,7 @@ def run_worker(task, way, seed, max_examples, epochs, sequence_length, max_eval_
     keras.utils.set_random_seed(seed)
     model = build_task_model(task, "all-minilm-l6-v2", sequence_length=sequence_length)
     times = []
-
-    class EpochTimes(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            times.append(time.perf_counter() - self.start)
-
-    model.fit(x, y, epochs=epochs, batch_size=32, verbose=0, callbacks=[EpochTimes()],
+    model.fit(x, y, epochs=epochs, batch_size=32, verbose=0, callbacks=[epoch_timer(times)],
               **({"packing": True} if way == "packed" else {}))
     metric = recipe(task)[1].metric
     report = evaluate_task(model, task, max_examples=max_eval_examples)
@@ -97,15 +103,7 @@ def keras_hub_worker(task, seed, max_examples, epochs):
         keras_hub.models.BertTokenizer(vocabulary=list(tokenizer.vocabulary), lowercase=tokenizer.lowercase))
     classifier = keras_hub.models.BertTextClassifier(encoder.to_keras_hub(), num_classes=2, preprocessor=preprocessor)
     times = []
-
-    class EpochTimes(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            times.append(time.perf_counter() - self.start)
-
-    classifier.fit(list(x), list(y), epochs=epochs, batch_size=32, verbose=0, callbacks=[EpochTimes()])
+    classifier.fit(list(x), list(y), epochs=epochs, batch_size=32, verbose=0, callbacks=[epoch_timer(times)])
     return {"epoch_seconds": times, "examples": len(y), "sequence_length": preprocessor.sequence_length}
 
 
