@@ -21,9 +21,9 @@ Each run is a process of its own on the backend asked for. An epoch's wall
 time is taken by a callback; the table gives the mean of the epochs after
 the first (which traces or compiles the step) and the score after the
 last epoch on the task's evaluation split (`kbert train`'s: SST-2's and
-MRPC's dev split; CoNLL-2003's test split; for SQuAD, the first 1,000
-questions of the part of v1.1's dev set that `kbert train squad` holds
-out). The machine's float32 matmul peak is measured
+MRPC's dev split; CoNLL-2003's test split; for SQuAD, 1,000 questions
+drawn with seed 0 from the part of v1.1's dev set that `kbert train squad`
+holds out). The machine's float32 matmul peak is measured
 in the same run. Writes `benchmarks/results/packing.json`.
 
     .venv/bin/python benchmarks/packing.py                                   # SST-2 and MRPC, 3 seeds, TensorFlow
